@@ -1,0 +1,10 @@
+# ZERNEL_SANITIZE=address -> ASan + UBSan; =thread -> TSan. Applied to every target.
+if(ZERNEL_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+  add_link_options(-fsanitize=address,undefined)
+elseif(ZERNEL_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT ZERNEL_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "ZERNEL_SANITIZE must be empty, 'address' or 'thread', not '${ZERNEL_SANITIZE}'")
+endif()

@@ -1,0 +1,142 @@
+#include "cli/app.hpp"
+
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/demo.hpp"
+#include "collect/topology_reader.hpp"
+#include "common/log.hpp"
+#include "common/version.hpp"
+#include "config/config.hpp"
+
+namespace zernel::cli {
+namespace {
+
+struct Args {
+  std::optional<std::string> config_path;
+  bool dump_config = false;
+  bool demo = false;
+  std::string backend = "auto";
+  std::string phase_log;
+  std::optional<std::string> check_path;
+};
+
+void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
+
+void print_warnings(const config::LoadedConfig& loaded) {
+  for (const std::string& w : loaded.warnings) fmt::print(stderr, "zernel-scheduler: warning: {}\n", w);
+}
+
+std::string topology_summary(const collect::TopologyInfo& info) {
+  const auto nodes = info.topology.nodes().size();
+  return fmt::format("{} NUMA node{}, {} CPUs, {} NVIDIA GPU{}", nodes, nodes == 1 ? "" : "s",
+                     info.topology.total_cpus(), info.gpus.size(), info.gpus.size() == 1 ? "" : "s");
+}
+
+int check_config(const Args& args) {
+  const config::ConfigPath where = config::resolve_config_path(args.check_path);
+  // check-config is asked about a file: even the default path must exist to be "valid".
+  auto loaded = config::load_config_file(where.path, false);
+  if (!loaded) {
+    print_error(loaded.error().message());
+    return kExitError;
+  }
+  print_warnings(*loaded);
+  fmt::print("{}: OK ({} tenant{}, backend {})\n", where.path, loaded->config.tenants.size(),
+             loaded->config.tenants.size() == 1 ? "" : "s", args.backend);
+  return kExitOk;
+}
+
+int demo(const Args& args, const config::LoadedConfig& loaded) {
+  DemoOptions opts;
+  opts.config = loaded.config;
+  opts.phase_log_path = args.phase_log;
+  auto topo = collect::read_topology();
+  if (topo) {
+    opts.topology = topo->topology;
+    opts.topology_summary = topology_summary(*topo);
+  } else {
+    fmt::print(stderr, "zernel-scheduler: warning: {}; assuming one node with one CPU\n",
+               topo.error().message());
+    opts.topology = policy::Topology::single_node(1);
+    opts.topology_summary = "1 NUMA node, 1 CPU (assumed)";
+  }
+  auto r = run_demo(opts, stdout);
+  if (!r) {
+    print_error(r.error().message());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  Args args;
+  CLI::App app{"zernel-scheduler: an ML-aware CPU scheduler for GPU servers.\n"
+               "It detects the phase of each ML process's training step and makes the Linux\n"
+               "scheduler serve the critical path."};
+  app.set_version_flag("--version,-V", fmt::format("zernel-scheduler {}", kVersion));
+  app.add_option("--config,-c", args.config_path,
+                 "Configuration file (default: $ZERNEL_SCHEDULER_CONFIG, else "
+                 "/etc/zernel/scheduler.toml; a missing default file means defaults)");
+  app.add_flag("--dump-config", args.dump_config,
+               "Print the complete effective configuration as TOML and exit");
+  app.add_flag("--demo", args.demo,
+               "Run a simulated training process through the real engine and print each decision");
+  app.add_option("--backend", args.backend,
+                 "Enforcement backend: auto, sched_ext, userspace or observe")
+      ->check(CLI::IsMember({"auto", "sched_ext", "userspace", "observe"}))
+      ->capture_default_str();
+  app.add_option("--phase-log", args.phase_log,
+                 "Append one JSON line per committed phase change: "
+                 "{\"t_ns\": CLOCK_MONOTONIC ns, \"pid\": N, \"phase\": \"GpuCompute\"}");
+  CLI::App* check = app.add_subcommand(
+      "check-config", "Validate a configuration file without running (exit 1 when invalid)");
+  check->add_option("path", args.check_path,
+                    "File to check (default: --config, $ZERNEL_SCHEDULER_CONFIG, "
+                    "/etc/zernel/scheduler.toml)");
+  app.require_subcommand(0, 1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+
+  if (check->parsed()) {
+    if (!args.check_path) args.check_path = args.config_path;
+    return check_config(args);
+  }
+
+  auto loaded = config::load_config(args.config_path);
+  if (!loaded) {
+    print_error(loaded.error().message());
+    return kExitError;
+  }
+  if (auto level = log::parse_level(loaded->config.general.log_level)) log::init(*level);
+  print_warnings(*loaded);
+
+  if (args.dump_config) {
+    fmt::print("{}", config::dump_config(loaded->config));
+    return kExitOk;
+  }
+  if (args.demo) return demo(args, *loaded);
+
+  print_error(
+      "running as a daemon (tracking real processes) is not part of this build yet: the "
+      "collectors and enforcement backends are still to come. Available now: --demo, "
+      "--dump-config, check-config. See --help.");
+  return kExitError;
+}
+
+}  // namespace zernel::cli

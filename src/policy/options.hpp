@@ -1,0 +1,40 @@
+#pragma once
+// The engine's knobs as plain values. config/ fills these from TOML and validates them; policy/
+// trusts them (the config layer rejects out-of-range values before an Engine is built).
+
+#include <cstdint>
+
+namespace zernel::policy {
+
+struct PhaseDetectionOptions {
+  float io_wait_threshold = 0.3F;                 // fraction 0..1
+  std::uint64_t optimizer_burst_max_ns = 5'000'000;  // ns
+  std::uint8_t gpu_idle_threshold = 10;           // percent, < gpu_active_threshold
+  std::uint8_t gpu_active_threshold = 80;         // percent, <= 100
+  std::uint32_t phase_stability_count = 3;        // equal raw results needed to commit; <= 1: at once
+  bool nccl_detection_enabled = false;
+
+  bool operator==(const PhaseDetectionOptions&) const = default;
+};
+
+struct NumaOptions {
+  bool enabled = true;         // false: treat the machine as one node
+  bool gpu_affinity = true;    // decisions carry a preferred CPU near the task's GPU
+  bool memory_affinity = true;  // enforcement may bind memory to the GPU's node
+
+  bool operator==(const NumaOptions&) const = default;
+};
+
+struct EngineOptions {
+  PhaseDetectionOptions phase;
+  NumaOptions numa;
+  bool multi_tenant_enabled = false;
+  std::uint32_t max_tracked_tasks = 65'536;
+
+  bool operator==(const EngineOptions&) const = default;
+};
+
+// Upper bound for max_tracked_tasks: the kernel's largest pid_max.
+inline constexpr std::uint32_t kMaxTrackedTasksLimit = 4'194'304;
+
+}  // namespace zernel::policy

@@ -1,0 +1,102 @@
+#pragma once
+// Tenants: the jobs or users that share a GPU server, each with a number of GPUs and a priority
+// class. A tenant's CPU share is proportional to its GPUs, as the tenant's share as a whole (like
+// a cgroup's cpu.weight), never per process, so a tenant that starts more processes gets no more.
+//
+// The GPU-proportional weight of tenant i is  g_i / sum(g) * n  over the n registered tenants, so
+// the average weight is 1.0. Worked example: tenants with 2 and 6 GPUs get 0.5 and 1.5 (3x).
+// A tenant with 0 GPUs counts as kZeroGpuShare GPUs in that formula, so it keeps a small non-zero
+// share instead of being starved (the earlier implementation gave it 0). An explicit cpu_weight
+// replaces the formula for that tenant (its GPUs still count in the others' shares).
+//
+// The class adds a fixed priority (Training +5, Inference +3, Interactive +1, Background -5) to the
+// phase priority of each of the tenant's tasks. The share is never multiplied into the priority:
+// it scales the tenant's weight, so it cannot flip or amplify the sign of a phase priority.
+//
+// Registering an id that exists replaces that tenant (its GPUs are not counted twice) and keeps its
+// processes. Slots are stable small integers so tasks can refer to their tenant without strings.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace zernel::policy {
+
+enum class PriorityClass : std::uint8_t { training = 0, inference = 1, interactive = 2, background = 3 };
+
+inline constexpr std::array<PriorityClass, 4> kAllPriorityClasses = {
+    PriorityClass::training, PriorityClass::inference, PriorityClass::interactive,
+    PriorityClass::background};
+
+std::int32_t base_priority(PriorityClass c);
+// "training", "inference", "interactive", "background".
+std::string_view class_name(PriorityClass c);
+// Case-insensitive; an unknown name is an error listing the valid ones.
+Result<PriorityClass> parse_priority_class(std::string_view s);
+
+// A 0-GPU tenant counts as this many GPUs in the share formula.
+inline constexpr float kZeroGpuShare = 0.25F;
+// Explicit cpu_weight range.
+inline constexpr float kMinExplicitWeight = 0.01F;
+inline constexpr float kMaxExplicitWeight = 100.0F;
+// Most tenants one registry holds.
+inline constexpr std::size_t kMaxTenants = 1024;
+// Longest tenant id (bytes).
+inline constexpr std::size_t kMaxTenantIdLength = 128;
+
+struct TenantSpec {
+  std::string id;
+  std::uint32_t gpus = 0;
+  PriorityClass priority_class = PriorityClass::training;
+  std::optional<float> cpu_weight;  // explicit weight, replaces the GPU share
+
+  bool operator==(const TenantSpec&) const = default;
+};
+
+// Checks id (non-empty, printable, at most kMaxTenantIdLength), GPU count (at most 4096) and the
+// explicit weight range. The message names the field.
+Result<void> validate_tenant(const TenantSpec& spec);
+
+class TenantRegistry {
+ public:
+  // Adds a tenant or replaces the one with the same id; returns its slot. Fails on an invalid
+  // spec or when kMaxTenants are registered; nothing changes then.
+  Result<std::uint16_t> upsert(const TenantSpec& spec);
+  // Removes a tenant; returns the slot it had, or nullopt when the id is unknown.
+  std::optional<std::uint16_t> remove(std::string_view id);
+
+  [[nodiscard]] std::optional<std::uint16_t> find(std::string_view id) const;
+  [[nodiscard]] bool valid(std::uint16_t slot) const;
+  // Only for valid slots.
+  [[nodiscard]] const TenantSpec& spec(std::uint16_t slot) const;
+  // The tenant's CPU weight (average 1.0 over the tenants without an explicit weight).
+  [[nodiscard]] float weight(std::uint16_t slot) const;
+  // weight() on the cgroup cpu.weight scale: 100 = 1.0, clamped to 1..10000.
+  [[nodiscard]] std::uint32_t cgroup_weight(std::uint16_t slot) const;
+  [[nodiscard]] std::int32_t class_priority(std::uint16_t slot) const;
+
+  [[nodiscard]] std::size_t count() const { return count_; }
+  [[nodiscard]] std::uint32_t total_gpus() const { return total_gpus_; }
+  // Valid slots in ascending order (allocates; not for the decision path).
+  [[nodiscard]] std::vector<std::uint16_t> slots() const;
+
+ private:
+  struct Entry {
+    TenantSpec spec;
+    float weight = 1.0F;
+    bool used = false;
+  };
+  void recompute_weights();
+
+  std::vector<Entry> entries_;
+  std::size_t count_ = 0;
+  std::uint32_t total_gpus_ = 0;
+};
+
+}  // namespace zernel::policy

@@ -1,0 +1,95 @@
+#pragma once
+// The machine's NUMA layout as plain values (collect/ fills it from sysfs or hwloc), and CPU choice.
+//
+// Topology::select_cpu is the earlier implementation's rule with its defects fixed: a task bound to
+// a GPU prefers the CPUs of that GPU's node; without a mapping (or when that node has no CPUs) all
+// CPUs; among those the least loaded, ties to the first listed. A NaN or negative load counts as
+// 1.0 (fully loaded: a broken reading never wins), a load above 1.0 counts as 1.0, and a CPU
+// missing from the loads counts as 0.0. It never returns a CPU that is not in the topology.
+//
+// CpuPlacer is what the engine uses within a tick: the same preference, but each placement adds
+// kPlacementLoad to the chosen CPU's effective load, so the tasks of one tick spread over the
+// node's CPUs ("water filling": an idle CPU takes several tasks before a half-loaded one takes
+// one) instead of all landing on the least-loaded CPU. Each node keeps a binary min-heap of
+// (effective load, cpu), so a placement costs O(log cpus_per_node) and allocates nothing; a task
+// with no GPU takes the best top among the nodes. reset() (once per tick, with fresh loads)
+// rebuilds the heaps. With NUMA off, all CPUs form one group.
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace zernel::policy {
+
+struct NumaNode {
+  std::uint32_t id = 0;
+  std::vector<std::uint32_t> cpus;
+  std::uint64_t memory_mb = 0;
+
+  bool operator==(const NumaNode&) const = default;
+};
+
+class Topology {
+ public:
+  Topology() = default;
+  // One node 0 with CPUs 0..n-1.
+  static Topology single_node(std::uint32_t cpus, std::uint64_t memory_mb = 0);
+
+  // Adds a node; a node id seen before replaces it.
+  void add_node(NumaNode node);
+  void map_gpu(std::uint32_t gpu, std::uint32_t node_id);
+
+  [[nodiscard]] const std::vector<NumaNode>& nodes() const { return nodes_; }
+  // The node of a GPU, nullopt when unmapped.
+  [[nodiscard]] std::optional<std::uint32_t> gpu_node(std::uint32_t gpu) const;
+  // The node's index in nodes(), nullopt when no such node.
+  [[nodiscard]] std::optional<std::size_t> node_index(std::uint32_t node_id) const;
+  [[nodiscard]] std::size_t gpu_count() const;
+  [[nodiscard]] std::uint32_t total_cpus() const;
+  [[nodiscard]] const std::vector<std::pair<std::uint32_t, std::uint32_t>>& gpu_map() const {
+    return gpu_nodes_;
+  }
+
+  // Least-loaded preferred CPU; nullopt only when the topology has no CPU at all.
+  [[nodiscard]] std::optional<std::uint32_t> select_cpu(std::optional<std::uint32_t> gpu,
+                                                        std::span<const float> loads) const;
+
+ private:
+  std::vector<NumaNode> nodes_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> gpu_nodes_;  // (gpu, node id), sorted by gpu
+};
+
+// Load in [0, 1] as select_cpu and CpuPlacer see it.
+float sanitize_load(float load);
+
+class CpuPlacer {
+ public:
+  // Effective load a placed task adds to its CPU for the rest of the tick.
+  static constexpr float kPlacementLoad = 0.1F;
+
+  // Builds the groups: one per node, or a single one with numa_enabled false.
+  void reset(const Topology& topo, bool numa_enabled, std::span<const float> loads);
+  // Re-ranks with fresh loads, keeping the groups (no allocation).
+  void set_loads(std::span<const float> loads);
+  // Chooses a CPU for a task bound to `gpu` (or none) and charges it; nullopt without CPUs.
+  std::optional<std::uint32_t> place(std::optional<std::uint32_t> gpu);
+
+ private:
+  struct Slot {
+    float load;
+    std::uint32_t cpu;
+  };
+  struct Group {
+    std::vector<Slot> heap;  // min-heap by (load, cpu)
+  };
+  void rebuild(std::span<const float> loads);
+  std::optional<std::uint32_t> place_in(Group& g);
+
+  bool numa_ = true;
+  std::vector<Group> groups_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> gpu_group_;  // (gpu, group index)
+};
+
+}  // namespace zernel::policy

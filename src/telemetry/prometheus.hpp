@@ -1,0 +1,23 @@
+#pragma once
+// Prometheus text exposition (format 0.0.4) of a Snapshot. The metric names of design.md section 1
+// are kept exactly, since dashboards are built on them:
+//   zernel_scheduler_tasks{type="total"|"ml"}            gauge
+//   zernel_scheduler_decisions_total                      counter
+//   zernel_scheduler_phase_transitions_total              counter
+//   zernel_scheduler_phase_tasks{phase=...}               gauge
+//   zernel_scheduler_phase_time_pct{phase=...}            gauge, percent of accounted time
+// and adds per-tenant series (cpu weight, task count) and the backend in use.
+
+#include <string>
+#include <string_view>
+
+#include "telemetry/snapshot.hpp"
+
+namespace zernel::telemetry {
+
+std::string render_prometheus(const Snapshot& s);
+
+// Escapes a label value: backslash, double quote and newline.
+std::string escape_label_value(std::string_view v);
+
+}  // namespace zernel::telemetry

@@ -1,0 +1,43 @@
+#include "telemetry/status_json.hpp"
+
+namespace zernel::telemetry {
+
+nlohmann::json status_json(const Snapshot& s) {
+  using nlohmann::json;
+  json tenants = json::array();
+  for (const TenantView& t : s.tenants) {
+    tenants.push_back({{"id", t.id},
+                       {"gpus", t.gpus},
+                       {"class", policy::class_name(t.priority_class)},
+                       {"weight", t.weight},
+                       {"cgroup_weight", t.cgroup_weight},
+                       {"tasks", t.tasks}});
+  }
+  json tasks = json::array();
+  for (const TaskView& t : s.tasks) {
+    json times = json::object();
+    for (policy::Phase p : policy::kAllPhases) {
+      times[std::string(policy::phase_name(p))] =
+          static_cast<double>(t.phase_time_ns[policy::index_of(p)]) / 1e6;
+    }
+    tasks.push_back({{"pid", t.pid},
+                     {"comm", t.comm},
+                     {"ml", t.is_ml},
+                     {"phase", policy::phase_name(t.phase)},
+                     {"priority", t.priority},
+                     {"weight", t.weight},
+                     {"tenant", t.tenant.empty() ? json(nullptr) : json(t.tenant)},
+                     {"gpu_id", t.gpu_id < 0 ? json(nullptr) : json(t.gpu_id)},
+                     {"preferred_cpu", t.preferred_cpu < 0 ? json(nullptr) : json(t.preferred_cpu)},
+                     {"phase_time_ms", times}});
+  }
+  return {{"backend", s.backend},
+          {"decisions", s.decisions_total},
+          {"transitions", s.phase_transitions_total},
+          {"tasks_total", s.tasks_total},
+          {"tasks_ml", s.tasks_ml},
+          {"tenants", tenants},
+          {"tasks", tasks}};
+}
+
+}  // namespace zernel::telemetry

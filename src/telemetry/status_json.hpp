@@ -1,0 +1,19 @@
+#pragma once
+// The `GET /status` document (design.md section 6):
+//   {"backend": "...", "decisions": N, "transitions": N, "tasks_total": N, "tasks_ml": N,
+//    "tenants": [{"id", "gpus", "class", "weight", "tasks"}],
+//    "tasks": [{"pid", "comm", "phase", "priority", "weight", "tenant", "gpu_id",
+//               "preferred_cpu", "phase_time_ms": {"DataLoading": ms, ...}}]}
+// Absent values (no tenant, no GPU, no preferred CPU) are null.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "telemetry/snapshot.hpp"
+
+namespace zernel::telemetry {
+
+nlohmann::json status_json(const Snapshot& s);
+
+}  // namespace zernel::telemetry
