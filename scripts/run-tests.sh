@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds zernel-sched in ./build (configuring it if needed) and runs every test through ctest.
+# Extra arguments go to ctest, e.g. `scripts/run-tests.sh -L unit`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=$(nproc 2>/dev/null || echo 2)
+if [[ ! -f build/CMakeCache.txt ]]; then
+  cmake -S . -B build
+fi
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" "$@"

@@ -1,0 +1,92 @@
+#include "telemetry/prometheus.hpp"
+
+#include <gtest/gtest.h>
+
+#include "telemetry/status_json.hpp"
+
+namespace zernel::telemetry {
+namespace {
+
+using policy::Engine;
+using policy::EngineOptions;
+using policy::Topology;
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+struct Fixture {
+  Engine engine{[] {
+                  EngineOptions o;
+                  o.multi_tenant_enabled = true;
+                  o.phase.phase_stability_count = 1;
+                  return o;
+                }(),
+                Topology::single_node(4)};
+  Fixture() {
+    EXPECT_TRUE(engine.upsert_tenant({"team-a", 2, policy::PriorityClass::training, {}}).ok());
+    // Quotes are not valid in ids, so label values never need more than escaping backslashes.
+    EXPECT_FALSE(engine.upsert_tenant({"team\"b", 6, policy::PriorityClass::inference, {}}).ok());
+    EXPECT_TRUE(engine.register_task(100, true, 0U, 1'000).ok());
+    EXPECT_TRUE(engine.register_task(200, false, std::nullopt, 1'000).ok());
+    EXPECT_TRUE(engine.assign_pid(100, "team-a").ok());
+    policy::TaskUpdate u;
+    u.gpu_utilization = 95;
+    engine.update_task(100, u);
+    engine.schedule(100, 2'000);
+    engine.schedule(200, 2'000);
+  }
+};
+
+TEST(Prometheus, renders_the_seed_metric_names_with_phase_labels) {
+  Fixture f;
+  const std::string text = render_prometheus(take_snapshot(f.engine, 3'000, false));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_tasks{type=\"total\"} 2\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_tasks{type=\"ml\"} 1\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_decisions_total 2\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_phase_transitions_total 1\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_phase_tasks{phase=\"gpu_compute\"} 1\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_phase_tasks{phase=\"unknown\"} 1\n"));
+  for (const char* label : {"data_loading", "gpu_compute", "nccl_collective", "optimizer_step",
+                            "unknown"}) {
+    EXPECT_TRUE(contains(text, std::string("zernel_scheduler_phase_time_pct{phase=\"") + label))
+        << label;
+  }
+  EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_decisions_total counter\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_tenant_tasks{tenant=\"team-a\"} 1\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_backend_info{backend=\"observe\"} 1\n"));
+}
+
+TEST(Prometheus, phase_time_pct_divides_accounted_time) {
+  Fixture f;
+  // pid 100: Unknown 1000..2000 (1000 ns), GpuCompute 2000..3000; pid 200: Unknown 1000..3000.
+  const Snapshot s = take_snapshot(f.engine, 3'000, false);
+  const auto pct = phase_time_pct(s);
+  EXPECT_DOUBLE_EQ(pct[policy::index_of(policy::Phase::gpu_compute)], 25.0);
+  EXPECT_DOUBLE_EQ(pct[policy::index_of(policy::Phase::unknown)], 75.0);
+}
+
+TEST(Prometheus, escapes_label_values) {
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+}
+
+TEST(StatusJson, lists_tasks_with_nulls_for_absent_values) {
+  Fixture f;
+  const auto j = status_json(take_snapshot(f.engine, 3'000, true));
+  EXPECT_EQ(j["decisions"], 2);
+  ASSERT_EQ(j["tasks"].size(), 2U);
+  const auto& t0 = j["tasks"][0];
+  EXPECT_EQ(t0["pid"], 100);
+  EXPECT_EQ(t0["phase"], "GpuCompute");
+  EXPECT_EQ(t0["tenant"], "team-a");
+  EXPECT_EQ(t0["gpu_id"], 0);
+  EXPECT_EQ(t0["priority"], 0);  // GpuCompute -5 + Training +5
+  const auto& t1 = j["tasks"][1];
+  EXPECT_TRUE(t1["tenant"].is_null());
+  EXPECT_TRUE(t1["gpu_id"].is_null());
+  EXPECT_EQ(j["tenants"][0]["id"], "team-a");
+  EXPECT_EQ(j["tenants"][0]["class"], "training");
+}
+
+}  // namespace
+}  // namespace zernel::telemetry
