@@ -16,28 +16,6 @@ TaskTable::TaskTable(std::uint32_t capacity) : capacity_(capacity) {
   shift_ = 32U - static_cast<unsigned>(std::countr_zero(kInitialIndex));
 }
 
-std::size_t TaskTable::home(std::uint32_t pid) const {
-  // Fibonacci hashing: the top bits of pid * 2^32/phi spread consecutive pids evenly.
-  return static_cast<std::size_t>((pid * 2654435769U) >> shift_);
-}
-
-std::size_t TaskTable::probe(std::uint32_t pid) const {
-  const std::size_t mask = index_.size() - 1;
-  std::size_t i = home(pid);
-  while (index_[i] != kEmpty && tasks_[index_[i]].pid != pid) i = (i + 1) & mask;
-  return i;
-}
-
-TaskState* TaskTable::find(std::uint32_t pid) {
-  const std::size_t i = probe(pid);
-  return index_[i] == kEmpty ? nullptr : &tasks_[index_[i]];
-}
-
-const TaskState* TaskTable::find(std::uint32_t pid) const {
-  const std::size_t i = probe(pid);
-  return index_[i] == kEmpty ? nullptr : &tasks_[index_[i]];
-}
-
 TaskState* TaskTable::insert(std::uint32_t pid) {
   std::size_t i = probe(pid);
   if (index_[i] != kEmpty) {

@@ -21,8 +21,14 @@ class TaskTable {
   explicit TaskTable(std::uint32_t capacity);
 
   // The task, or nullptr.
-  [[nodiscard]] TaskState* find(std::uint32_t pid);
-  [[nodiscard]] const TaskState* find(std::uint32_t pid) const;
+  [[nodiscard]] TaskState* find(std::uint32_t pid) {
+    const std::size_t i = probe(pid);
+    return index_[i] == kEmpty ? nullptr : &tasks_[index_[i]];
+  }
+  [[nodiscard]] const TaskState* find(std::uint32_t pid) const {
+    const std::size_t i = probe(pid);
+    return index_[i] == kEmpty ? nullptr : &tasks_[index_[i]];
+  }
   // A fresh TaskState for pid (an existing one is reset), or nullptr when the table is full.
   TaskState* insert(std::uint32_t pid);
   // True when the pid was present.
@@ -35,9 +41,17 @@ class TaskTable {
 
  private:
   static constexpr std::uint32_t kEmpty = 0xFFFFFFFF;
-  [[nodiscard]] std::size_t home(std::uint32_t pid) const;
+  // Fibonacci hashing: the top bits of pid * 2^32/phi spread consecutive pids evenly.
+  [[nodiscard]] std::size_t home(std::uint32_t pid) const {
+    return static_cast<std::size_t>((pid * 2654435769U) >> shift_);
+  }
   // Index slot holding pid, or the empty slot where it would go.
-  [[nodiscard]] std::size_t probe(std::uint32_t pid) const;
+  [[nodiscard]] std::size_t probe(std::uint32_t pid) const {
+    const std::size_t mask = index_.size() - 1;
+    std::size_t i = home(pid);
+    while (index_[i] != kEmpty && tasks_[index_[i]].pid != pid) i = (i + 1) & mask;
+    return i;
+  }
   void grow_index();
 
   std::uint32_t capacity_;

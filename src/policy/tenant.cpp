@@ -104,23 +104,10 @@ std::optional<std::uint16_t> TenantRegistry::find(std::string_view id) const {
   return std::nullopt;
 }
 
-bool TenantRegistry::valid(std::uint16_t slot) const {
-  return slot < entries_.size() && entries_[slot].used;
-}
-
 const TenantSpec& TenantRegistry::spec(std::uint16_t slot) const { return entries_[slot].spec; }
 
 float TenantRegistry::weight(std::uint16_t slot) const {
   return valid(slot) ? entries_[slot].weight : 1.0F;
-}
-
-std::uint32_t TenantRegistry::cgroup_weight(std::uint16_t slot) const {
-  const float w = std::round(weight(slot) * 100.0F);
-  return static_cast<std::uint32_t>(std::clamp(w, 1.0F, 10000.0F));
-}
-
-std::int32_t TenantRegistry::class_priority(std::uint16_t slot) const {
-  return valid(slot) ? base_priority(entries_[slot].spec.priority_class) : 0;
 }
 
 std::vector<std::uint16_t> TenantRegistry::slots() const {
@@ -146,11 +133,14 @@ void TenantRegistry::recompute_weights() {
     if (!e.used) continue;
     if (e.spec.cpu_weight) {
       e.weight = *e.spec.cpu_weight;
-      continue;
+    } else {
+      // Without 0-GPU tenants share_sum == total_gpus and this is the seed's gpus / total * n.
+      const float share = e.spec.gpus > 0 ? static_cast<float>(e.spec.gpus) : kZeroGpuShare;
+      e.weight = share / share_sum * n;
     }
-    // Without 0-GPU tenants share_sum == total_gpus and this is the seed's gpus / total * n.
-    const float share = e.spec.gpus > 0 ? static_cast<float>(e.spec.gpus) : kZeroGpuShare;
-    e.weight = share / share_sum * n;
+    e.cgroup_weight =
+        static_cast<std::uint32_t>(std::clamp(std::round(e.weight * 100.0F), 1.0F, 10000.0F));
+    e.class_priority = base_priority(e.spec.priority_class);
   }
 }
 

@@ -72,14 +72,20 @@ class TenantRegistry {
   std::optional<std::uint16_t> remove(std::string_view id);
 
   [[nodiscard]] std::optional<std::uint16_t> find(std::string_view id) const;
-  [[nodiscard]] bool valid(std::uint16_t slot) const;
+  [[nodiscard]] bool valid(std::uint16_t slot) const {
+    return slot < entries_.size() && entries_[slot].used;
+  }
   // Only for valid slots.
   [[nodiscard]] const TenantSpec& spec(std::uint16_t slot) const;
   // The tenant's CPU weight (average 1.0 over the tenants without an explicit weight).
   [[nodiscard]] float weight(std::uint16_t slot) const;
   // weight() on the cgroup cpu.weight scale: 100 = 1.0, clamped to 1..10000.
-  [[nodiscard]] std::uint32_t cgroup_weight(std::uint16_t slot) const;
-  [[nodiscard]] std::int32_t class_priority(std::uint16_t slot) const;
+  [[nodiscard]] std::uint32_t cgroup_weight(std::uint16_t slot) const {
+    return valid(slot) ? entries_[slot].cgroup_weight : 100;
+  }
+  [[nodiscard]] std::int32_t class_priority(std::uint16_t slot) const {
+    return valid(slot) ? entries_[slot].class_priority : 0;
+  }
 
   [[nodiscard]] std::size_t count() const { return count_; }
   [[nodiscard]] std::uint32_t total_gpus() const { return total_gpus_; }
@@ -90,6 +96,8 @@ class TenantRegistry {
   struct Entry {
     TenantSpec spec;
     float weight = 1.0F;
+    std::uint32_t cgroup_weight = 100;  // cached: read on every decision
+    std::int32_t class_priority = 0;    // cached likewise
     bool used = false;
   };
   void recompute_weights();

@@ -101,18 +101,6 @@ std::optional<std::uint32_t> Topology::select_cpu(std::optional<std::uint32_t> g
 
 // ---- CpuPlacer -------------------------------------------------------------------------------
 
-namespace {
-
-// std heap functions build a max-heap under `less`; "greater" makes the smallest (load, cpu) the top.
-struct SlotGreater {
-  template <typename S>
-  bool operator()(const S& a, const S& b) const {
-    return a.load > b.load || (a.load == b.load && a.cpu > b.cpu);
-  }
-};
-
-}  // namespace
-
 void CpuPlacer::reset(const Topology& topo, bool numa_enabled, std::span<const float> loads) {
   numa_ = numa_enabled;
   groups_.clear();
@@ -121,20 +109,20 @@ void CpuPlacer::reset(const Topology& topo, bool numa_enabled, std::span<const f
     for (const NumaNode& n : topo.nodes()) {
       if (n.cpus.empty()) continue;
       Group g;
-      g.heap.reserve(n.cpus.size());
-      for (std::uint32_t cpu : n.cpus) g.heap.push_back({0.0F, cpu});
+      for (std::uint32_t cpu : n.cpus) g.order.push_back({cpu, 0, 0});
       for (const auto& [gpu, node] : topo.gpu_map()) {
-        if (node == n.id) gpu_group_.emplace_back(gpu, static_cast<std::uint32_t>(groups_.size()));
+        if (node != n.id || gpu > kMaxPlacerGpu) continue;
+        if (gpu_group_.size() <= gpu) gpu_group_.resize(gpu + 1U, -1);
+        gpu_group_[gpu] = static_cast<std::int32_t>(groups_.size());
       }
       groups_.push_back(std::move(g));
     }
-    std::sort(gpu_group_.begin(), gpu_group_.end());
   } else {
     Group g;
     for (const NumaNode& n : topo.nodes()) {
-      for (std::uint32_t cpu : n.cpus) g.heap.push_back({0.0F, cpu});
+      for (std::uint32_t cpu : n.cpus) g.order.push_back({cpu, 0, 0});
     }
-    if (!g.heap.empty()) groups_.push_back(std::move(g));
+    if (!g.order.empty()) groups_.push_back(std::move(g));
   }
   rebuild(loads);
 }
@@ -143,33 +131,65 @@ void CpuPlacer::set_loads(std::span<const float> loads) { rebuild(loads); }
 
 void CpuPlacer::rebuild(std::span<const float> loads) {
   for (Group& g : groups_) {
-    for (Slot& s : g.heap) s.load = load_of(loads, s.cpu);
-    std::make_heap(g.heap.begin(), g.heap.end(), SlotGreater{});
+    g.max_level = 0;
+    for (Slot& s : g.order) {
+      const auto units = static_cast<std::uint32_t>(
+          std::lround(load_of(loads, s.cpu) * static_cast<float>(kUnitsPerCpu)));
+      s.level = units / kStep;
+      s.rest = units % kStep;
+      g.max_level = std::max(g.max_level, s.level);
+    }
+    std::sort(g.order.begin(), g.order.end(), [](const Slot& a, const Slot& b) {
+      return a.rest < b.rest || (a.rest == b.rest && a.cpu < b.cpu);
+    });
+    g.level = 0;
+    g.pos = 0;
+    settle(g);
   }
 }
 
-std::optional<std::uint32_t> CpuPlacer::place_in(Group& g) {
-  std::pop_heap(g.heap.begin(), g.heap.end(), SlotGreater{});
-  Slot& s = g.heap.back();
-  const std::uint32_t cpu = s.cpu;
-  s.load += kPlacementLoad;
-  std::push_heap(g.heap.begin(), g.heap.end(), SlotGreater{});
+void CpuPlacer::settle(Group& g) {
+  // Terminates: at level max_level every slot is eligible.
+  while (g.order[g.pos].level > g.level) {
+    if (++g.pos == g.order.size()) {
+      g.pos = 0;
+      ++g.level;
+    }
+  }
+}
+
+std::uint64_t CpuPlacer::next_value(const Group& g) {
+  // Effective load of the next CPU, with the cpu id as tie-break in the low bits.
+  const Slot& s = g.order[g.pos];
+  return ((std::uint64_t{g.level} * kStep + s.rest) << 32) | s.cpu;
+}
+
+std::uint32_t CpuPlacer::take(Group& g) {
+  const std::uint32_t cpu = g.order[g.pos].cpu;
+  if (++g.pos == g.order.size()) {
+    g.pos = 0;
+    ++g.level;  // 32 bits: wraps only after 4e9 rounds over the group within one tick
+  }
+  settle(g);
   return cpu;
 }
 
 std::optional<std::uint32_t> CpuPlacer::place(std::optional<std::uint32_t> gpu) {
   if (groups_.empty()) return std::nullopt;
-  if (gpu && numa_) {
-    auto it = std::lower_bound(gpu_group_.begin(), gpu_group_.end(), *gpu,
-                               [](const auto& e, std::uint32_t g) { return e.first < g; });
-    if (it != gpu_group_.end() && it->first == *gpu) return place_in(groups_[it->second]);
+  if (gpu && *gpu < gpu_group_.size() && gpu_group_[*gpu] >= 0) {
+    return take(groups_[static_cast<std::size_t>(gpu_group_[*gpu])]);
   }
   // No GPU, an unmapped GPU, or a GPU whose node has no CPUs: the best CPU of the machine.
   Group* best = &groups_[0];
-  for (Group& g : groups_) {
-    if (SlotGreater{}(best->heap.front(), g.heap.front())) best = &g;
+  std::uint64_t best_value = next_value(*best);
+  for (std::size_t i = 1; i < groups_.size(); ++i) {
+    const std::uint64_t v = next_value(groups_[i]);
+    if (v < best_value) {
+      best_value = v;
+      best = &groups_[i];
+    }
   }
-  return place_in(*best);
+  return take(*best);
 }
 
 }  // namespace zernel::policy

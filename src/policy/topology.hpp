@@ -8,12 +8,21 @@
 // missing from the loads counts as 0.0. It never returns a CPU that is not in the topology.
 //
 // CpuPlacer is what the engine uses within a tick: the same preference, but each placement adds
-// kPlacementLoad to the chosen CPU's effective load, so the tasks of one tick spread over the
-// node's CPUs ("water filling": an idle CPU takes several tasks before a half-loaded one takes
-// one) instead of all landing on the least-loaded CPU. Each node keeps a binary min-heap of
-// (effective load, cpu), so a placement costs O(log cpus_per_node) and allocates nothing; a task
-// with no GPU takes the best top among the nodes. reset() (once per tick, with fresh loads)
-// rebuilds the heaps. With NUMA off, all CPUs form one group.
+// kPlacementLoad (0.1 of a CPU) to the chosen CPU's effective load, so the tasks of one tick spread
+// over the node's CPUs ("water filling": an idle CPU takes several tasks before a half-loaded one
+// takes one) instead of all landing on the least-loaded CPU.
+//
+// Because every placement adds the same amount, the order of placements is known in advance and
+// needs no heap. In units of 1/1000 of a CPU, write a CPU's load as q * 100 + r (r < 100); its
+// effective loads are (q + j) * 100 + r for j = 0, 1, 2, ... Taking the smallest each time means:
+// walk "levels" m = 0, 1, 2, ..., and within a level visit, in order of r (then cpu id), every CPU
+// whose q <= m. reset()/set_loads() sort each node's CPUs by (r, cpu) once per tick; place() moves
+// a cursor (level, position) forward, so a placement is O(1) amortised and allocates nothing.
+// Worked example, loads {cpu0: 0.25, cpu1: 0.0, cpu2: 0.05}: (q, r) = (2,50), (0,0), (0,50); the
+// order is cpu1, cpu2 (level 0), cpu1, cpu2 (1), cpu0, cpu1, cpu2 (2 and after). Loads are read to
+// 1/1000 of a CPU; closer loads tie and go to the lower cpu id.
+// A task with no GPU (or an unmapped one) takes the best next CPU among the nodes. With NUMA off,
+// all CPUs form one group. GPU ids above kMaxPlacerGpu are treated as unmapped.
 
 #include <cstdint>
 #include <optional>
@@ -68,28 +77,38 @@ class CpuPlacer {
  public:
   // Effective load a placed task adds to its CPU for the rest of the tick.
   static constexpr float kPlacementLoad = 0.1F;
+  static constexpr std::uint32_t kMaxPlacerGpu = 4095;
 
   // Builds the groups: one per node, or a single one with numa_enabled false.
   void reset(const Topology& topo, bool numa_enabled, std::span<const float> loads);
-  // Re-ranks with fresh loads, keeping the groups (no allocation).
+  // Re-ranks with fresh loads, keeping the groups (no allocation), and starts a new tick.
   void set_loads(std::span<const float> loads);
   // Chooses a CPU for a task bound to `gpu` (or none) and charges it; nullopt without CPUs.
   std::optional<std::uint32_t> place(std::optional<std::uint32_t> gpu);
 
  private:
+  static constexpr std::uint32_t kUnitsPerCpu = 1000;  // load resolution
+  static constexpr std::uint32_t kStep = 100;          // kPlacementLoad in those units
+
   struct Slot {
-    float load;
     std::uint32_t cpu;
+    std::uint32_t level;  // q: load / kStep
+    std::uint32_t rest;   // r: load % kStep
   };
   struct Group {
-    std::vector<Slot> heap;  // min-heap by (load, cpu)
+    std::vector<Slot> order;  // sorted by (rest, cpu)
+    std::uint32_t max_level = 0;
+    std::uint32_t level = 0;  // cursor: current level m ...
+    std::size_t pos = 0;      // ... and position in `order`, always at a slot with level <= m
   };
   void rebuild(std::span<const float> loads);
-  std::optional<std::uint32_t> place_in(Group& g);
+  static void settle(Group& g);  // moves the cursor to the next eligible slot
+  static std::uint64_t next_value(const Group& g);
+  static std::uint32_t take(Group& g);
 
   bool numa_ = true;
   std::vector<Group> groups_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> gpu_group_;  // (gpu, group index)
+  std::vector<std::int32_t> gpu_group_;  // by gpu id: group index, -1 when unmapped
 };
 
 }  // namespace zernel::policy
