@@ -125,6 +125,10 @@ int run(int argc, char** argv) {
   }
   if (auto level = log::parse_level(loaded->config.general.log_level)) log::init(*level);
   print_warnings(*loaded);
+  if (!loaded->path) {
+    spdlog::info("no configuration file at {}; using the defaults",
+                 config::resolve_config_path(args.config_path).path);
+  }
 
   if (args.dump_config) {
     fmt::print("{}", config::dump_config(loaded->config));

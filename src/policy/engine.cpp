@@ -140,6 +140,7 @@ const TenantSpec* Engine::tenant_of(std::uint32_t pid) const {
 }
 
 float Engine::cpu_weight_for_pid(std::uint32_t pid) const {
+  if (!opts_.multi_tenant_enabled) return 1.0F;
   const TaskState* s = table_.find(pid);
   if (s == nullptr || !tenants_.valid(s->tenant)) return 1.0F;
   return tenants_.weight(s->tenant);

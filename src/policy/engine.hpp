@@ -64,7 +64,8 @@ class Engine {
   Result<void> assign_pid(std::uint32_t pid, std::string_view tenant_id);
   // The tenant of a tracked pid.
   [[nodiscard]] const TenantSpec* tenant_of(std::uint32_t pid) const;
-  // The tenant weight a pid is scheduled with: its tenant's weight, 1.0 without one.
+  // The tenant weight a pid is scheduled with: its tenant's weight, 1.0 without one or when
+  // multi-tenancy is off.
   [[nodiscard]] float cpu_weight_for_pid(std::uint32_t pid) const;
   // Phase priority plus the class priority of the pid's tenant (when multi-tenancy is on).
   [[nodiscard]] std::int32_t effective_priority(std::uint32_t pid, std::int32_t phase_priority) const;

@@ -29,7 +29,8 @@ std::uint32_t weight_for_priority(std::int32_t priority) {
 }
 
 std::int32_t nice_for_priority(std::int32_t priority) {
-  return std::clamp(-priority, -20, 19);
+  // Clamp before negating: -INT32_MIN overflows.
+  return -std::clamp(priority, -19, 20);
 }
 
 }  // namespace zernel::policy
