@@ -21,7 +21,7 @@ Result<void> Engine::register_task(std::uint32_t pid, bool is_ml,
                              std::to_string(opts_.max_tracked_tasks) + ") reached");
   }
   s->is_ml_process = is_ml;
-  s->gpu_id = gpu_id ? static_cast<std::int32_t>(*gpu_id) : kNoGpu;
+  s->gpu_id = gpu_id ? static_cast<std::int32_t>(std::min<std::uint32_t>(*gpu_id, INT32_MAX)) : kNoGpu;
   s->tenant = tenant;  // re-registering keeps the tenant (and its count) as it was
   s->phase_start_ns = now_ns;
   return Ok{};

@@ -19,7 +19,8 @@
 // whose q <= m. reset()/set_loads() sort each node's CPUs by (r, cpu) once per tick; place() moves
 // a cursor (level, position) forward, so a placement is O(1) amortised and allocates nothing.
 // Worked example, loads {cpu0: 0.25, cpu1: 0.0, cpu2: 0.05}: (q, r) = (2,50), (0,0), (0,50); the
-// order is cpu1, cpu2 (level 0), cpu1, cpu2 (1), cpu0, cpu1, cpu2 (2 and after). Loads are read to
+// order is cpu1, cpu2 (level 0: 0.0, 0.05), cpu1, cpu2 (level 1: 0.1, 0.15), then
+// cpu1, cpu0, cpu2 (level 2: 0.2, 0.25, 0.25) and so on. Loads are read to
 // 1/1000 of a CPU; closer loads tie and go to the lower cpu id.
 // A task with no GPU (or an unmapped one) takes the best next CPU among the nodes. With NUMA off,
 // all CPUs form one group. GPU ids above kMaxPlacerGpu are treated as unmapped.
