@@ -5,11 +5,11 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <memory>
 
 #include <fmt/format.h>
 
 #include "policy/engine.hpp"
+#include "telemetry/phase_log.hpp"
 #include "telemetry/prometheus.hpp"
 #include "telemetry/snapshot.hpp"
 
@@ -60,22 +60,15 @@ std::uint64_t monotonic_ns() {
          static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const {
-    if (f != nullptr) std::fclose(f);
-  }
-};
-
 }  // namespace
 
 Result<void> run_demo(const DemoOptions& opts, std::FILE* out) {
   const config::Config& cfg = opts.config;
   policy::Engine engine(config::engine_options(cfg), opts.topology);
 
-  std::unique_ptr<std::FILE, FileCloser> phase_log;
+  telemetry::PhaseLog phase_log;
   if (!opts.phase_log_path.empty()) {
-    phase_log.reset(std::fopen(opts.phase_log_path.c_str(), "w"));
-    if (!phase_log) return errno_error("opening phase log " + opts.phase_log_path);
+    if (auto r = phase_log.open(opts.phase_log_path); !r) return r.error();
   }
 
   for (const config::TenantConfig& t : cfg.tenants) {
@@ -126,10 +119,7 @@ Result<void> run_demo(const DemoOptions& opts, std::FILE* out) {
                  d.latency_target() ? std::to_string(*d.latency_target()) : "-",
                  d.slice_ns / 1'000'000, d.cpu() ? std::to_string(*d.cpu()) : "-",
                  d.phase_changed ? "  <- committed" : "");
-      if (d.phase_changed && phase_log) {
-        fmt::print(phase_log.get(), "{{\"t_ns\": {}, \"pid\": {}, \"phase\": \"{}\"}}\n", now,
-                   d.pid, policy::phase_name(d.phase));
-      }
+      if (d.phase_changed) phase_log.write(now, d.pid, d.phase);
     }
   }
 
@@ -143,8 +133,9 @@ Result<void> run_demo(const DemoOptions& opts, std::FILE* out) {
   }
   fmt::print(out, "\n\nPrometheus exposition of the final state:\n{}",
              telemetry::render_prometheus(snap));
-  if (phase_log && std::fflush(phase_log.get()) != 0) {
-    return errno_error("writing phase log " + opts.phase_log_path);
+  if (phase_log.errors() > 0) {
+    return Error(EIO, "writing phase log " + opts.phase_log_path + ": " +
+                          std::to_string(phase_log.errors()) + " lines lost");
   }
   return Ok{};
 }

@@ -1,0 +1,37 @@
+#pragma once
+// A drift-free periodic tick on CLOCK_MONOTONIC: deadlines are start + k * period, computed from
+// the start, never from "now + period", so time spent in a tick never delays the next one. When a
+// tick overruns one or more deadlines, the missed ones are skipped (and counted), not run in a
+// burst. wait() also returns early, with false, when the stop fd becomes readable.
+
+#include <cstdint>
+
+namespace zernel::daemon {
+
+std::uint64_t monotonic_now_ns();
+
+class Ticker {
+ public:
+  Ticker(std::uint64_t period_ns, std::uint64_t start_ns);
+
+  // Sleeps until the next deadline. Returns false when `stop_fd` (>= 0) became readable first.
+  bool wait(int stop_fd);
+
+  [[nodiscard]] std::uint64_t period_ns() const { return period_ns_; }
+  // The deadline the last wait() returned for.
+  [[nodiscard]] std::uint64_t deadline_ns() const { return deadline_; }
+  [[nodiscard]] std::uint64_t ticks() const { return ticks_; }
+  [[nodiscard]] std::uint64_t skipped() const { return skipped_; }
+  // Lateness of the last wake-up relative to its deadline.
+  [[nodiscard]] std::uint64_t last_lateness_ns() const { return lateness_; }
+
+ private:
+  std::uint64_t period_ns_;
+  std::uint64_t next_;
+  std::uint64_t deadline_ = 0;
+  std::uint64_t ticks_ = 0;
+  std::uint64_t skipped_ = 0;
+  std::uint64_t lateness_ = 0;
+};
+
+}  // namespace zernel::daemon

@@ -1,0 +1,48 @@
+#pragma once
+// Enforcement: carrying decisions out on the real system. Three backends share this interface:
+//   observe    changes nothing (watch and report only)
+//   userspace  nice/sched_setattr, cgroup CPU weights, CPU affinity (any Linux)
+//   sched_ext  the project's BPF scheduler (kernels with CONFIG_SCHED_CLASS_EXT)
+// Every backend must be reversible: shutdown() restores what it changed, and a crash of the
+// daemon must leave nothing that the next start (or the kernel) does not undo.
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include "common/result.hpp"
+#include "policy/decision.hpp"
+
+namespace zernel::enforce {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  [[nodiscard]] virtual std::string_view name() const = 0;
+  // Applies one tick's decisions (one per tracked task). A backend writes only what changed.
+  virtual Result<void> apply(std::span<const policy::Decision> decisions) = 0;
+  // A task left the table (exited, or no longer tracked): drop its state, restore what is left.
+  virtual void forget(std::uint32_t pid) = 0;
+  // Restores everything changed; called on exit and on SIGINT/SIGTERM. Idempotent.
+  virtual Result<void> shutdown() = 0;
+};
+
+// The observe-only backend: counts what it is given and changes nothing.
+class ObserveBackend final : public Backend {
+ public:
+  [[nodiscard]] std::string_view name() const override { return "observe"; }
+  Result<void> apply(std::span<const policy::Decision> decisions) override {
+    applied_ += decisions.size();
+    return Ok{};
+  }
+  void forget(std::uint32_t /*pid*/) override {}
+  Result<void> shutdown() override { return Ok{}; }
+  [[nodiscard]] std::uint64_t applied() const { return applied_; }
+
+ private:
+  std::uint64_t applied_ = 0;
+};
+
+}  // namespace zernel::enforce

@@ -1,0 +1,35 @@
+#include "telemetry/phase_log.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+namespace zernel::telemetry {
+
+PhaseLog::~PhaseLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Result<void> PhaseLog::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return errno_error("opening phase log " + path);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+  return Ok{};
+}
+
+void PhaseLog::write(std::uint64_t t_ns, std::uint32_t pid, policy::Phase phase) {
+  if (fd_ < 0) return;
+  char buf[128];
+  const auto r = fmt::format_to_n(buf, sizeof(buf), "{{\"t_ns\": {}, \"pid\": {}, \"phase\": \"{}\"}}\n",
+                                  t_ns, pid, policy::phase_name(phase));
+  const auto n = static_cast<std::size_t>(r.out - buf);
+  if (::write(fd_, buf, n) != static_cast<ssize_t>(n)) {
+    ++errors_;
+  } else {
+    ++lines_;
+  }
+}
+
+}  // namespace zernel::telemetry
