@@ -46,3 +46,11 @@ class ObserveBackend final : public Backend {
 };
 
 }  // namespace zernel::enforce
+
+namespace zernel::enforce {
+
+// The backend for --backend KIND: "observe", or "auto" (the best one this build and kernel
+// support). "sched_ext" and "userspace" are errors until those backends are built.
+Result<std::unique_ptr<Backend>> make_backend(std::string_view kind);
+
+}  // namespace zernel::enforce
