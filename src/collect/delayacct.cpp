@@ -1,0 +1,98 @@
+#include "collect/delayacct.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "collect/procfs.hpp"
+#include "common/log.hpp"
+
+namespace zernel::collect {
+
+namespace {
+
+std::string sysctl_path(const std::string& proc_root) {
+  return proc_root + "/sys/kernel/task_delayacct";
+}
+
+// Adds the hint that tells the user what to do about a failed read or write.
+Error explain(Error e) {
+  switch (e.code()) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return Error(e.code(), e.message() +
+                                 " (needs root or CAP_SYS_ADMIN and a writable /proc/sys; without "
+                                 "delay accounting io_wait_fraction is not measured)");
+    case ENOENT:
+      return Error(e.code(),
+                   e.message() +
+                       " (no such sysctl: kernels before 5.14 account delays unless "
+                       "booted with nodelayacct; otherwise CONFIG_TASK_DELAY_ACCT is off)");
+    default:
+      return e;
+  }
+}
+
+}  // namespace
+
+Result<void> write_task_delayacct(const std::string& proc_root, bool on) {
+  const std::string path = sysctl_path(proc_root);
+  const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return explain(errno_error("writing " + path));
+  const char value = on ? '1' : '0';
+  for (;;) {
+    const ssize_t n = ::write(fd.get(), &value, 1);
+    if (n == 1) return Ok{};
+    if (n < 0 && errno == EINTR) continue;
+    return explain(errno_error("writing " + path, n < 0 ? errno : EIO));
+  }
+}
+
+Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root) {
+  auto current = read_task_delayacct(proc_root);
+  if (!current) return explain(current.error()).context("enabling delay accounting");
+  if (*current) return DelayAcctGuard(std::move(proc_root), true, false);
+  if (auto w = write_task_delayacct(proc_root, true); !w) {
+    return w.error().context("enabling delay accounting");
+  }
+  auto after = read_task_delayacct(proc_root);
+  if (!after) return after.error().context("enabling delay accounting");
+  if (!*after) {
+    return Error(EIO, "enabling delay accounting: " + sysctl_path(proc_root) +
+                          " still reads 0 after writing 1");
+  }
+  return DelayAcctGuard(std::move(proc_root), false, true);
+}
+
+DelayAcctGuard::DelayAcctGuard(DelayAcctGuard&& other) noexcept
+    : proc_root_(std::move(other.proc_root_)),
+      original_(other.original_),
+      changed_(std::exchange(other.changed_, false)) {}
+
+DelayAcctGuard& DelayAcctGuard::operator=(DelayAcctGuard&& other) noexcept {
+  if (this != &other) {
+    if (auto r = restore(); !r) spdlog::warn("{}", r.error().message());
+    proc_root_ = std::move(other.proc_root_);
+    original_ = other.original_;
+    changed_ = std::exchange(other.changed_, false);
+  }
+  return *this;
+}
+
+DelayAcctGuard::~DelayAcctGuard() {
+  if (auto r = restore(); !r) spdlog::warn("{}", r.error().message());
+}
+
+Result<void> DelayAcctGuard::restore() {
+  if (!changed_) return Ok{};
+  changed_ = false;
+  if (auto w = write_task_delayacct(proc_root_, original_); !w) {
+    return w.error().context("restoring kernel.task_delayacct");
+  }
+  return Ok{};
+}
+
+}  // namespace zernel::collect

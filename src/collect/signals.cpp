@@ -1,0 +1,206 @@
+#include "collect/signals.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <limits>
+
+#include "collect/procfs.hpp"
+
+namespace zernel::collect {
+
+namespace {
+
+constexpr std::size_t kMaxStatBytes = 64 * 1024;
+constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
+constexpr std::uint64_t kNsPerSecond = 1'000'000'000;
+
+bool gone_errno(int err) { return err == ENOENT || err == ESRCH; }
+
+std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) {
+  return b > std::numeric_limits<std::uint64_t>::max() - a
+             ? std::numeric_limits<std::uint64_t>::max()
+             : a + b;
+}
+
+// ticks * 1e9 / hz without overflowing for any tick count that fits the result.
+std::uint64_t ticks_to_ns(std::uint64_t ticks, std::uint64_t hz) {
+  const std::uint64_t whole = ticks / hz;
+  const std::uint64_t rest = ticks % hz;  // < hz, so rest * 1e9 fits for any sane hz
+  if (whole > std::numeric_limits<std::uint64_t>::max() / kNsPerSecond) {
+    return std::numeric_limits<std::uint64_t>::max();
+  }
+  return whole * kNsPerSecond + rest * kNsPerSecond / hz;
+}
+
+}  // namespace
+
+policy::TaskUpdate ProcessSignals::update() const {
+  policy::TaskUpdate u;
+  u.io_wait_fraction = io_wait_fraction;
+  u.nccl_active = nccl_active;
+  return u;
+}
+
+SignalSampler::SignalSampler(SignalsOptions options) : options_(std::move(options)) {
+  if (options_.nccl_check_every == 0) options_.nccl_check_every = 1;
+  if (options_.clock_ticks_per_s != 0) {
+    ticks_per_s_ = options_.clock_ticks_per_s;
+  } else if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) {
+    ticks_per_s_ = static_cast<std::uint64_t>(hz);
+  }
+}
+
+std::vector<ProcessSignals> SignalSampler::sample(std::span<const std::uint32_t> pids,
+                                                  std::uint64_t now_ns) {
+  std::vector<ProcessSignals> out;
+  sample(pids, now_ns, out);
+  return out;
+}
+
+void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns,
+                           std::vector<ProcessSignals>& out) {
+  out.clear();
+  out.resize(pids.size());
+  ++generation_;
+  int err = 0;
+  const UniqueFd proc = open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
+  for (std::size_t i = 0; i < pids.size(); ++i) {
+    out[i].pid = pids[i];
+    if (proc.valid()) sample_one(proc.get(), pids[i], now_ns, out[i]);
+  }
+  std::erase_if(state_, [&](const auto& kv) { return kv.second.generation != generation_; });
+}
+
+void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now_ns,
+                               ProcessSignals& out) {
+  const auto drop = [&] {
+    out.gone = true;
+    state_.erase(pid);
+  };
+  char name[16] = {};
+  std::to_chars(name, name + sizeof(name) - 1, pid);
+  int err = 0;
+  const UniqueFd dir = open_dir_at(proc_fd, name, err);
+  if (!dir.valid()) {
+    if (gone_errno(err)) drop();
+    return;
+  }
+  err = read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
+  if (err != 0) {
+    if (gone_errno(err)) drop();
+    return;
+  }
+  auto st = parse_stat(buf_);
+  if (!st) {
+    // Garbled: nothing measured this time; the state stays, so the next good sample measures
+    // the interval since the last good one.
+    if (auto kept = state_.find(pid); kept != state_.end()) kept->second.generation = generation_;
+    return;
+  }
+  if (st->is_dead()) {
+    drop();
+    return;
+  }
+
+  auto [it, inserted] = state_.try_emplace(pid);
+  PidState& s = it->second;
+  if (!inserted && s.starttime != st->starttime_ticks) {
+    out.restarted = true;
+    s.samples = 0;
+    s.threads.clear();
+    s.threads_valid = false;
+  }
+  const bool first = s.samples == 0;
+  const bool elapsed = !first && now_ns > s.last_ns;
+  s.generation = generation_;
+
+  const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
+  if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
+
+  if (options_.measure_io_wait) {
+    err = read_threads(dir.get());
+    if (gone_errno(err)) {
+      drop();
+      return;
+    }
+    if (err == 0) {
+      if (elapsed && s.threads_valid) {
+        // Growth of the threads seen before, plus everything of the threads born since.
+        std::uint64_t delta = 0;
+        std::size_t j = 0;
+        for (const auto& [tid, ticks] : threads_) {
+          while (j < s.threads.size() && s.threads[j].first < tid) ++j;
+          const bool known = j < s.threads.size() && s.threads[j].first == tid;
+          // A smaller count than before is a new thread that reused the tid.
+          const std::uint64_t grown =
+              known && ticks >= s.threads[j].second ? ticks - s.threads[j].second : ticks;
+          delta = saturating_add(delta, grown);
+        }
+        const double blocked_s = static_cast<double>(delta) / static_cast<double>(ticks_per_s_);
+        const double interval_s =
+            static_cast<double>(now_ns - s.last_ns) / static_cast<double>(kNsPerSecond);
+        out.io_wait_fraction = static_cast<float>(std::clamp(blocked_s / interval_s, 0.0, 1.0));
+      }
+      s.threads.swap(threads_);
+      s.threads_valid = true;
+    } else {
+      s.threads_valid = false;
+    }
+  }
+
+  if (s.samples % options_.nccl_check_every == 0) out.nccl_active = nccl_active(dir.get());
+
+  s.starttime = st->starttime_ticks;
+  s.last_ns = now_ns;
+  s.cpu_ticks = cpu;
+  if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
+}
+
+int SignalSampler::read_threads(int pid_dirfd) {
+  threads_.clear();
+  DirReader tasks(pid_dirfd, "task");
+  if (tasks.error() != 0) return tasks.error();
+  char path[32];
+  while (const char* name = tasks.next()) {
+    const auto tid = parse_pid_name(name);
+    if (!tid) continue;
+    auto [end, ec] = std::to_chars(path, path + 16, *tid);
+    if (ec != std::errc()) continue;
+    std::copy_n("/stat", 6, end);
+    if (read_file_at(tasks.fd(), path, buf_, kMaxStatBytes) != 0) continue;  // thread exited
+    auto st = parse_stat(buf_);
+    if (!st || !st->delayacct_blkio_ticks) continue;
+    threads_.emplace_back(*tid, *st->delayacct_blkio_ticks);
+  }
+  std::sort(threads_.begin(), threads_.end());
+  return 0;
+}
+
+std::optional<bool> SignalSampler::nccl_active(int pid_dirfd) {
+  bool readable = false;
+  if (read_file_at(pid_dirfd, "maps", buf_, kMaxMapsBytes) == 0) {
+    readable = true;
+    std::string_view text = buf_;
+    while (!text.empty()) {
+      const std::size_t nl = text.find('\n');
+      const std::string_view line = text.substr(0, nl);
+      text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+      const auto path = maps_line_path(line);
+      if (path && is_nccl_mapping(*path)) return true;
+    }
+  }
+  DirReader fds(pid_dirfd, "fd");
+  if (fds.error() == 0) {
+    readable = true;
+    while (const char* name = fds.next()) {
+      if (read_link_at(fds.fd(), name, link_) == 0 && is_nccl_shm_path(link_)) return true;
+    }
+  }
+  if (!readable) return std::nullopt;
+  return false;
+}
+
+}  // namespace zernel::collect

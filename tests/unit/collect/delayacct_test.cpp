@@ -1,0 +1,150 @@
+#include "collect/delayacct.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "collect/procfs.hpp"
+
+namespace zernel::collect {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FakeSysctl {
+ public:
+  FakeSysctl() {
+    std::random_device rd;
+    root_ = fs::temp_directory_path() / ("zernel-delayacct-" + std::to_string(rd()));
+    fs::create_directories(root_ / "sys/kernel");
+  }
+  ~FakeSysctl() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  FakeSysctl(const FakeSysctl&) = delete;
+  FakeSysctl& operator=(const FakeSysctl&) = delete;
+
+  void set(const std::string& text) const {
+    std::ofstream(root_ / "sys/kernel/task_delayacct", std::ios::trunc) << text;
+  }
+  [[nodiscard]] std::string value() const {
+    std::ifstream in(root_ / "sys/kernel/task_delayacct");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  [[nodiscard]] std::string root() const { return root_.string(); }
+  [[nodiscard]] fs::path file() const { return root_ / "sys/kernel/task_delayacct"; }
+
+ private:
+  fs::path root_;
+};
+
+TEST(DelayAcct, turns_it_on_and_restores_the_original_explicitly) {
+  FakeSysctl f;
+  f.set("0\n");
+  auto g = DelayAcctGuard::enable(f.root());
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_FALSE(g->original());
+  EXPECT_TRUE(g->changed());
+  EXPECT_EQ(*read_task_delayacct(f.root()), true);
+  ASSERT_TRUE(g->restore().ok());
+  EXPECT_FALSE(g->changed());
+  EXPECT_EQ(*read_task_delayacct(f.root()), false);
+  // Idempotent: a second restore does not write again.
+  f.set("1\n");
+  ASSERT_TRUE(g->restore().ok());
+  EXPECT_EQ(f.value(), "1\n");
+}
+
+TEST(DelayAcct, the_guard_restores_when_it_goes_out_of_scope) {
+  FakeSysctl f;
+  f.set("0\n");
+  {
+    auto g = DelayAcctGuard::enable(f.root());
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(*read_task_delayacct(f.root()), true);
+    // Moving hands the duty to restore to the new owner, once.
+    DelayAcctGuard moved = std::move(*g);
+    EXPECT_TRUE(moved.changed());
+    EXPECT_FALSE(g->changed());
+  }
+  EXPECT_EQ(*read_task_delayacct(f.root()), false);
+}
+
+TEST(DelayAcct, already_on_is_left_alone) {
+  FakeSysctl f;
+  f.set("1\n");
+  {
+    auto g = DelayAcctGuard::enable(f.root());
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->original());
+    EXPECT_FALSE(g->changed());
+  }
+  EXPECT_EQ(*read_task_delayacct(f.root()), true);
+}
+
+TEST(DelayAcct, a_missing_sysctl_is_a_clear_error) {
+  FakeSysctl f;
+  auto g = DelayAcctGuard::enable(f.root());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ENOENT);
+  EXPECT_NE(g.error().message().find("enabling delay accounting"), std::string::npos);
+  EXPECT_NE(g.error().message().find("5.14"), std::string::npos) << g.error().message();
+}
+
+TEST(DelayAcct, a_garbled_value_is_an_error_and_nothing_is_written) {
+  FakeSysctl f;
+  f.set("maybe\n");
+  auto g = DelayAcctGuard::enable(f.root());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(f.value(), "maybe\n");
+}
+
+TEST(DelayAcct, an_unwritable_sysctl_is_a_clear_error_fail) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root bypasses file permissions on the fake tree";
+  FakeSysctl f;
+  f.set("0\n");
+  fs::permissions(f.file(), fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  auto g = DelayAcctGuard::enable(f.root());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), EACCES);
+  EXPECT_NE(g.error().message().find("CAP_SYS_ADMIN"), std::string::npos) << g.error().message();
+}
+
+TEST(DelayAcct, a_sysctl_that_cannot_be_written_reports_why_fail) {
+  // A directory in place of the file fails for root too.
+  FakeSysctl f;
+  fs::create_directories(f.file());
+  auto w = write_task_delayacct(f.root(), true);
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.error().message().find("task_delayacct"), std::string::npos);
+}
+
+TEST(DelayAcct, toggles_and_restores_the_real_sysctl) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write /proc/sys/kernel/task_delayacct";
+  if (!fs::exists("/proc/sys/kernel/task_delayacct")) {
+    GTEST_SKIP() << "this kernel has no kernel.task_delayacct";
+  }
+  auto before = read_task_delayacct("/proc");
+  ASSERT_TRUE(before.ok()) << before.error().message();
+  auto g = DelayAcctGuard::enable("/proc");
+  if (!g.ok() &&
+      (g.error().code() == EROFS || g.error().code() == EACCES || g.error().code() == EPERM)) {
+    GTEST_SKIP() << "cannot write the sysctl here: " << g.error().message();
+  }
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_EQ(g->original(), *before);
+  EXPECT_EQ(*read_task_delayacct("/proc"), true);
+  ASSERT_TRUE(g->restore().ok());
+  EXPECT_EQ(*read_task_delayacct("/proc"), *before);
+}
+
+}  // namespace
+}  // namespace zernel::collect

@@ -1,0 +1,361 @@
+#include "collect/signals.hpp"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+namespace zernel::collect {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::string_literals;
+
+constexpr std::uint64_t kSecond = 1'000'000'000;
+
+std::string stat_text(std::uint32_t pid, std::uint64_t utime, std::uint64_t stime,
+                      std::uint64_t blkio, std::uint64_t starttime = 1000, char state = 'S') {
+  return std::to_string(pid) + " (py) thr) " + state + " 1 1 1 0 -1 4194560 0 0 0 0 " +
+         std::to_string(utime) + " " + std::to_string(stime) + " 0 0 20 0 " +
+         (state == 'Z' ? "1" : "2") + " 0 " + std::to_string(starttime) +
+         " 1000 10 0 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 " + std::to_string(blkio) +
+         " 0 0 0 0 0 0 0 0 0 0\n";
+}
+
+class FakeProc {
+ public:
+  FakeProc() {
+    std::random_device rd;
+    root_ = fs::temp_directory_path() / ("zernel-sig-" + std::to_string(rd()));
+    fs::create_directories(root_);
+  }
+  ~FakeProc() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  FakeProc(const FakeProc&) = delete;
+  FakeProc& operator=(const FakeProc&) = delete;
+
+  void write(const std::string& rel, const std::string& text) const {
+    const fs::path p = root_ / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+  }
+  // The process line (CPU time of the whole group) and its threads' blkio ticks.
+  void process(std::uint32_t pid, std::uint64_t utime, std::uint64_t stime,
+               const std::vector<std::pair<std::uint32_t, std::uint64_t>>& threads,
+               std::uint64_t starttime = 1000, char state = 'S') const {
+    const std::string d = std::to_string(pid);
+    write(d + "/stat", stat_text(pid, utime, stime, 0, starttime, state));
+    std::error_code ec;
+    fs::remove_all(root_ / d / "task", ec);
+    fs::create_directories(root_ / d / "task");
+    for (const auto& [tid, blkio] : threads) {
+      write(d + "/task/" + std::to_string(tid) + "/stat", stat_text(tid, 0, 0, blkio, starttime));
+    }
+    if (!fs::exists(root_ / d / "maps")) write(d + "/maps", "");
+    fs::create_directories(root_ / d / "fd");
+  }
+  void link(const std::string& rel, const std::string& target) const {
+    fs::create_symlink(target, root_ / rel);
+  }
+  void remove(std::uint32_t pid) const { fs::remove_all(root_ / std::to_string(pid)); }
+  [[nodiscard]] std::string root() const { return root_.string(); }
+
+ private:
+  fs::path root_;
+};
+
+SignalsOptions fake_options(const FakeProc& fp) {
+  SignalsOptions o;
+  o.proc_root = fp.root();
+  o.clock_ticks_per_s = 100;
+  o.nccl_check_every = 1;
+  return o;
+}
+
+TEST(Signals, first_sample_has_no_deltas_then_io_wait_is_summed_over_threads) {
+  FakeProc fp;
+  fp.process(100, 50, 10, {{100, 10}, {101, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  auto r0 = s.sample(pids, 5 * kSecond);
+  ASSERT_EQ(r0.size(), 1U);
+  EXPECT_EQ(r0[0].pid, 100U);
+  EXPECT_FALSE(r0[0].gone);
+  EXPECT_FALSE(r0[0].io_wait_fraction.has_value());
+  EXPECT_FALSE(r0[0].cpu_time_ns.has_value());
+  EXPECT_EQ(r0[0].nccl_active, false);
+
+  // One second later: +20 ticks on 100, +5 on 101 = 0.25 s blocked; +30 ticks of CPU.
+  fp.process(100, 70, 20, {{100, 30}, {101, 5}});
+  auto r1 = s.sample(pids, 6 * kSecond);
+  ASSERT_TRUE(r1[0].io_wait_fraction.has_value());
+  EXPECT_FLOAT_EQ(*r1[0].io_wait_fraction, 0.25F);
+  EXPECT_EQ(r1[0].cpu_time_ns, 300'000'000U);
+
+  // Half a second: 101 exited (its ticks leave with it), 102 was born with 3 ticks, 100 +7.
+  fp.process(100, 70, 20, {{100, 37}, {102, 3}});
+  auto r2 = s.sample(pids, 6 * kSecond + kSecond / 2);
+  ASSERT_TRUE(r2[0].io_wait_fraction.has_value());
+  EXPECT_NEAR(*r2[0].io_wait_fraction, 0.10F / 0.5F, 1e-6);
+  EXPECT_EQ(r2[0].cpu_time_ns, 0U);
+}
+
+TEST(Signals, several_threads_blocked_at_once_clamp_to_one) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}, {101, 0}, {102, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  (void)s.sample(pids, kSecond);
+  // Three threads blocked the whole second: 3 s of blocked time in 1 s.
+  fp.process(100, 0, 0, {{100, 100}, {101, 100}, {102, 100}});
+  auto r = s.sample(pids, 2 * kSecond);
+  ASSERT_TRUE(r[0].io_wait_fraction.has_value());
+  EXPECT_FLOAT_EQ(*r[0].io_wait_fraction, 1.0F);
+  // No growth: 0. Huge values never overflow into a small fraction.
+  auto r2 = s.sample(pids, 3 * kSecond);
+  EXPECT_FLOAT_EQ(*r2[0].io_wait_fraction, 0.0F);
+  fp.process(100, 0, 0, {{100, 18446744073709551615ULL}, {101, 18446744073709551615ULL}});
+  auto r3 = s.sample(pids, 4 * kSecond);
+  EXPECT_FLOAT_EQ(*r3[0].io_wait_fraction, 1.0F);
+}
+
+TEST(Signals, a_thread_reusing_a_tid_counts_from_zero) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}, {101, 50}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  (void)s.sample(pids, kSecond);
+  fp.process(100, 0, 0, {{100, 0}, {101, 20}});  // 101 is a new thread now
+  auto r = s.sample(pids, 2 * kSecond);
+  EXPECT_FLOAT_EQ(*r[0].io_wait_fraction, 0.2F);
+}
+
+TEST(Signals, no_time_elapsed_measures_nothing) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  (void)s.sample(pids, kSecond);
+  fp.process(100, 10, 0, {{100, 10}});
+  auto r = s.sample(pids, kSecond);
+  EXPECT_FALSE(r[0].io_wait_fraction.has_value());
+  EXPECT_FALSE(r[0].cpu_time_ns.has_value());
+}
+
+TEST(Signals, io_wait_is_not_reported_when_delay_accounting_is_off) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  SignalsOptions o = fake_options(fp);
+  o.measure_io_wait = false;
+  SignalSampler s(o);
+  const std::vector<std::uint32_t> pids = {100};
+  (void)s.sample(pids, kSecond);
+  fp.process(100, 100, 0, {{100, 50}});
+  auto r = s.sample(pids, 2 * kSecond);
+  EXPECT_FALSE(r[0].io_wait_fraction.has_value());
+  EXPECT_EQ(r[0].cpu_time_ns, kSecond);
+  EXPECT_FALSE(r[0].update().io_wait_fraction.has_value());
+}
+
+TEST(Signals, exited_zombie_and_reused_processes) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  fp.process(200, 0, 0, {{200, 0}});
+  fp.process(300, 0, 0, {{300, 0}}, 1000);
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100, 200, 300, 400};
+  auto r0 = s.sample(pids, kSecond);
+  EXPECT_TRUE(r0[3].gone);  // never existed
+  EXPECT_EQ(s.tracked(), 3U);
+
+  fp.remove(100);                                // exited
+  fp.process(200, 0, 0, {{200, 0}}, 1000, 'Z');  // zombie
+  fp.process(300, 5, 0, {{300, 40}}, 7777);      // pid reused
+  auto r1 = s.sample(pids, 2 * kSecond);
+  EXPECT_TRUE(r1[0].gone);
+  EXPECT_TRUE(r1[1].gone);
+  EXPECT_FALSE(r1[2].gone);
+  EXPECT_TRUE(r1[2].restarted);
+  EXPECT_FALSE(r1[2].io_wait_fraction.has_value());  // a first sample again
+  EXPECT_FALSE(r1[2].cpu_time_ns.has_value());
+  EXPECT_EQ(s.tracked(), 1U);
+
+  fp.process(300, 5, 0, {{300, 50}}, 7777);
+  auto r2 = s.sample(pids, 3 * kSecond);
+  EXPECT_FALSE(r2[2].restarted);
+  EXPECT_FLOAT_EQ(*r2[2].io_wait_fraction, 0.1F);
+}
+
+TEST(Signals, pids_no_longer_asked_for_are_forgotten) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  fp.process(200, 0, 0, {{200, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> both = {100, 200};
+  const std::vector<std::uint32_t> one = {200};
+  (void)s.sample(both, kSecond);
+  EXPECT_EQ(s.tracked(), 2U);
+  (void)s.sample(one, 2 * kSecond);
+  EXPECT_EQ(s.tracked(), 1U);
+  auto r = s.sample(both, 3 * kSecond);  // 100 starts over
+  EXPECT_FALSE(r[0].io_wait_fraction.has_value());
+  EXPECT_TRUE(r[1].io_wait_fraction.has_value());
+}
+
+TEST(Signals, garbled_stat_measures_nothing_but_keeps_the_process) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  (void)s.sample(pids, kSecond);
+  fp.write("100/stat", "100 (py) S 1 trunc");
+  auto r = s.sample(pids, 2 * kSecond);
+  EXPECT_FALSE(r[0].gone);
+  EXPECT_FALSE(r[0].io_wait_fraction.has_value());
+  EXPECT_FALSE(r[0].nccl_active.has_value());
+  EXPECT_EQ(s.tracked(), 1U);
+  // The next good sample measures from the last good one (1 s -> 3 s); a thread with a garbled
+  // stat is skipped, the others count.
+  fp.process(100, 0, 0, {{100, 10}, {101, 0}});
+  fp.write("100/task/101/stat", "garbage");
+  auto r2 = s.sample(pids, 3 * kSecond);
+  EXPECT_FLOAT_EQ(*r2[0].io_wait_fraction, 0.05F);
+}
+
+TEST(Signals, nccl_is_seen_through_the_library_shm_mappings_or_open_shm_files) {
+  FakeProc fp;
+  for (std::uint32_t pid : {100U, 200U, 300U, 400U}) fp.process(pid, 0, 0, {{pid, 0}});
+  fp.write("100/maps",
+           "5600-5700 r-xp 00000000 08:01 10 /usr/bin/python3.11\n"
+           "7f00-7f10 r-xp 00000000 08:01 11 /venv/nvidia/nccl/lib/libnccl.so.2\n");
+  fp.write("200/maps", "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/nccl-Ab12cd (deleted)\n");
+  fp.write("300/maps", "5600-5700 r-xp 00000000 08:01 10 /usr/bin/python3.11\n");
+  fp.link("300/fd/7", "/dev/shm/nccl-XyZ");
+  fp.write("400/maps",
+           "5600-5700 r-xp 00000000 08:01 10 /usr/bin/python3.11\n"
+           "7f00-7f10 rw-s 00000000 00:1a 78 /dev/shm/torch_99\n");
+  fp.link("400/fd/3", "/dev/null");
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100, 200, 300, 400};
+  auto r = s.sample(pids, kSecond);
+  EXPECT_EQ(r[0].nccl_active, true);
+  EXPECT_EQ(r[1].nccl_active, true);
+  EXPECT_EQ(r[2].nccl_active, true);
+  EXPECT_EQ(r[3].nccl_active, false);
+  const policy::TaskUpdate u = r[0].update();
+  EXPECT_EQ(u.nccl_active, true);
+  EXPECT_FALSE(u.io_wait_fraction.has_value());
+  EXPECT_FALSE(u.gpu_utilization.has_value());
+  EXPECT_FALSE(u.cpu_burst_duration_ns.has_value());
+  EXPECT_FALSE(u.gpu_id.has_value());
+}
+
+TEST(Signals, nccl_is_checked_every_nth_sample) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  SignalsOptions o = fake_options(fp);
+  o.nccl_check_every = 3;
+  SignalSampler s(o);
+  const std::vector<std::uint32_t> pids = {100};
+  std::vector<ProcessSignals> out;
+  std::vector<bool> checked;
+  for (int i = 0; i < 7; ++i) {
+    s.sample(pids, static_cast<std::uint64_t>(i + 1) * kSecond, out);
+    checked.push_back(out[0].nccl_active.has_value());
+  }
+  EXPECT_EQ(checked, (std::vector<bool>{true, false, false, true, false, false, true}));
+}
+
+TEST(Signals, a_missing_proc_root_reports_nothing) {
+  SignalsOptions o;
+  o.proc_root = "/nonexistent/zernel-proc";
+  SignalSampler s(o);
+  const std::vector<std::uint32_t> pids = {1};
+  auto r = s.sample(pids, kSecond);
+  ASSERT_EQ(r.size(), 1U);
+  EXPECT_FALSE(r[0].gone);
+  EXPECT_FALSE(r[0].nccl_active.has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real system.
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * kSecond + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+TEST(Signals, samples_this_process_on_the_real_proc) {
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(::getpid())};
+  auto r0 = s.sample(pids, monotonic_ns());
+  ASSERT_EQ(r0.size(), 1U);
+  EXPECT_FALSE(r0[0].gone);
+  EXPECT_EQ(r0[0].nccl_active, false);
+  // Burn some CPU so the delta is visible at 10 ms resolution.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  volatile std::uint64_t sink = 0;
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+  auto r1 = s.sample(pids, monotonic_ns());
+  EXPECT_FALSE(r1[0].gone);
+  ASSERT_TRUE(r1[0].io_wait_fraction.has_value());
+  EXPECT_GE(*r1[0].io_wait_fraction, 0.0F);
+  EXPECT_LE(*r1[0].io_wait_fraction, 1.0F);
+  ASSERT_TRUE(r1[0].cpu_time_ns.has_value());
+  EXPECT_GT(*r1[0].cpu_time_ns, 0U);
+}
+
+TEST(Signals, a_child_with_an_nccl_shm_segment_mapped_is_nccl_active) {
+  if (!fs::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm on this system";
+  const std::string path = "/dev/shm/nccl-zernel-test-" + std::to_string(::getpid());
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Only async-signal-safe calls here.
+    ::close(ready[0]);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || ::ftruncate(fd, 4096) != 0) ::_exit(1);
+    void* m = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) ::_exit(1);
+    ::close(fd);  // mapped, not open: maps alone must show it
+    const char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  const bool started = ::read(ready[0], &c, 1) == 1;
+  ::close(ready[0]);
+
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child),
+                                           static_cast<std::uint32_t>(::getpid())};
+  auto r = s.sample(pids, monotonic_ns());
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::unlink(path.c_str());
+  ASSERT_TRUE(started) << "the child could not map " << path;
+  EXPECT_EQ(r[0].nccl_active, true);
+  EXPECT_EQ(r[1].nccl_active, false);
+  // After it is reaped it is gone.
+  auto after = s.sample(pids, monotonic_ns());
+  EXPECT_TRUE(after[0].gone);
+}
+
+}  // namespace
+}  // namespace zernel::collect
