@@ -7,8 +7,17 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
   valgrind python3
+  # BPF toolchain (cmake/Bpf.cmake): clang for -target bpf; libbpf and bpftool are built from the
+  # test kernel's own source and need these; xz/zstd unpack the kernel source and vmlinuz.
+  clang-19 libelf-dev zlib1g-dev libzstd-dev zstd xz-utils make
+  # VM tests (tests/vm): busybox-static initramfs, and the shared libraries of the QEMU 10 binary
+  # that cmake/Bpf.cmake unpacks from bookworm-backports (all plain bookworm packages).
+  busybox-static cpio
+  libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libglib2.0-0 libgnutls30 libibverbs1
+  libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16 librdmacm1 libsasl2-2
+  libseccomp2 libslirp0 liburing2 libvdeplug2
 )
 
 missing=()

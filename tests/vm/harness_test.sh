@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Self-test of run-in-vm.sh, two boots: the exit status, stdout and stderr kept apart, --add, the
+# build's dynamically linked binaries on PATH, argument quoting, then the timeout.
+set -euo pipefail
+run=$(dirname "$(realpath "$0")")/run-in-vm.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# A harness error (here a missing --add file) is 125, before any boot.
+rc=0; "$run" --add "$tmp/missing" -- true 2> "$tmp/err" || rc=$?
+[ "$rc" = 125 ] || fail "missing --add file: status $rc, want 125"
+
+echo "payload $$" > "$tmp/added.txt"
+arg="it's a \"quoted\" \$arg"
+rc=0
+# shellcheck disable=SC2016 # $1 and $2 are the guest shell's
+"$run" --add "$tmp/added.txt" -- sh -c '
+  cat "$1"; printf "%s\n" "$2"; echo to-stderr >&2
+  zernel-scheduler --help > /dev/null || exit 10
+  exit 7' sh "$tmp/added.txt" "$arg" > "$tmp/out" 2> "$tmp/err" || rc=$?
+[ "$rc" = 7 ] || { cat "$tmp/err" >&2; fail "exit status $rc, want 7"; }
+[ "$(cat "$tmp/out")" = "payload $$"$'\n'"$arg" ] || fail "stdout: $(cat "$tmp/out")"
+[ "$(cat "$tmp/err")" = "to-stderr" ] || fail "stderr: $(cat "$tmp/err")"
+echo "ok: status, stdout, stderr, --add, PATH, quoting"
+
+rc=0; ZERNEL_VM_TIMEOUT=20 "$run" -- sleep 600 > /dev/null 2> "$tmp/err" || rc=$?
+[ "$rc" = 124 ] || fail "timeout: status $rc, want 124"
+grep -q 'timed out after 20s' "$tmp/err" || fail "timeout message: $(cat "$tmp/err")"
+echo "ok: timeout"
