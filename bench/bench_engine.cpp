@@ -719,6 +719,7 @@ int main(int argc, char** argv) {
   std::optional<std::uint64_t> sweep_n;
   std::optional<std::uint64_t> ticks;
   Sweep sweep = Sweep::per_pid;
+  std::optional<std::string_view> unknown;  // only an error in --sweep mode
   const std::span<char*> args(argv, static_cast<std::size_t>(argc));
   for (std::size_t k = 1; k < args.size(); ++k) {
     const std::string_view a = args[k];
@@ -732,8 +733,11 @@ int main(int argc, char** argv) {
       if (!ticks) return usage_error(a);
     } else if (a == "--schedule-all") {
       sweep = Sweep::schedule_all;
+    } else if (!unknown) {
+      unknown = a;  // may be a Google Benchmark flag
     }
   }
+  if (sweep_n && unknown) return usage_error(*unknown);
   if (sweep_n) return run_sweep(static_cast<std::uint32_t>(*sweep_n), ticks, sweep);
 
   register_benchmarks();
