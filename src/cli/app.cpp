@@ -1,6 +1,8 @@
 #include "cli/app.hpp"
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -12,6 +14,8 @@
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "config/config.hpp"
+#include "daemon/daemon.hpp"
+#include "daemon/signals.hpp"
 
 namespace zernel::cli {
 namespace {
@@ -22,6 +26,7 @@ struct Args {
   bool demo = false;
   std::string backend = "auto";
   std::string phase_log;
+  bool emulated_gpu = false;
   std::optional<std::string> check_path;
 };
 
@@ -73,6 +78,41 @@ int demo(const Args& args, const config::LoadedConfig& loaded) {
   return kExitOk;
 }
 
+// The fake NVML of --emulated-gpu: $ZERNEL_FAKE_LIB_DIR, else <dir of this binary>/../lib/fake.
+std::string emulated_nvml_path() {
+  if (const char* dir = std::getenv("ZERNEL_FAKE_LIB_DIR"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/libnvidia-ml.so.1";
+  }
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libnvidia-ml.so.1";
+  return (exe.parent_path().parent_path() / "lib/fake/libnvidia-ml.so.1").string();
+}
+
+int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
+  daemon::DaemonOptions opts;
+  opts.config = loaded.config;
+  opts.backend = args.backend;
+  opts.phase_log_path = args.phase_log;
+  if (args.emulated_gpu) opts.nvml_library = emulated_nvml_path();
+  auto stop = daemon::StopSignals::install();
+  if (!stop) {
+    print_error(stop.error().message());
+    return kExitError;
+  }
+  auto d = daemon::Daemon::create(std::move(opts));
+  if (!d) {
+    print_error(d.error().message());
+    return kExitError;
+  }
+  auto r = (*d)->run(stop->fd());
+  if (!r) {
+    print_error(r.error().message());
+    return kExitError;
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
@@ -95,6 +135,9 @@ int run(int argc, char** argv) {
   app.add_option("--phase-log", args.phase_log,
                  "Append one JSON line per committed phase change: "
                  "{\"t_ns\": CLOCK_MONOTONIC ns, \"pid\": N, \"phase\": \"GpuCompute\"}");
+  app.add_flag("--emulated-gpu", args.emulated_gpu,
+               "Use the project's emulated GPU (fake NVML next to this build, or in "
+               "$ZERNEL_FAKE_LIB_DIR) instead of the real libnvidia-ml.so.1");
   CLI::App* check = app.add_subcommand(
       "check-config", "Validate a configuration file without running (exit 1 when invalid)");
   check->add_option("path", args.check_path,
@@ -136,11 +179,7 @@ int run(int argc, char** argv) {
   }
   if (args.demo) return demo(args, *loaded);
 
-  print_error(
-      "running as a daemon (tracking real processes) is not part of this build yet: the "
-      "collectors and enforcement backends are still to come. Available now: --demo, "
-      "--dump-config, check-config. See --help.");
-  return kExitError;
+  return run_daemon(args, *loaded);
 }
 
 }  // namespace zernel::cli

@@ -31,8 +31,8 @@ expect 2 'unknown-flag|not expected|extras' -- "$BIN" --unknown-flag
 expect 1 'no such file' -- "$BIN" --config "$tmp/absent.toml" --dump-config
 
 : > "$tmp/empty.toml"
-# The daemon loop is not built yet: say so and fail, rather than pretend to schedule.
-expect 1 'not part of this build' -- "$BIN" --config "$tmp/empty.toml"
+# Daemon start-up failures are fatal, named, and leave nothing running.
+expect 1 'sched_ext|not available' -- "$BIN" --config "$tmp/empty.toml" --backend userspace
 
 # --dump-config prints every section; dumping what was dumped gives the same text.
 "$BIN" --config "$tmp/empty.toml" --dump-config > "$tmp/dump1.toml" || fail "dump-config of an empty file"

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The daemon in observe mode on the real /proc, with the emulated GPU, next to zernel-workload:
+# it finds the job's processes, serves /metrics and /status, writes the phase log, restores
+# kernel.task_delayacct and exits 0 on SIGTERM.
+set -uo pipefail
+BIN=${ZERNEL_BIN:-build/bin}
+tmp=$(mktemp -d)
+export ZERNEL_FAKE_GPU_SHM="/zernel-daemon-test-$$"
+daemon_pid=""
+cleanup() {
+  [[ -n $daemon_pid ]] && kill -KILL "$daemon_pid" 2>/dev/null
+  rm -rf "$tmp"
+  rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
+}
+trap cleanup EXIT
+failures=0
+passed=0
+pass() { passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { if eval "$2"; then pass; else fail "$1"; fi; }
+
+if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libnvidia-ml.so.1 ]]; then
+  echo "SKIP: zernel-workload or the emulated GPU is not built"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat > "$tmp/config.toml" <<TOML
+[general]
+phase_eval_interval_ms = 100
+gpu_poll_interval_ms = 200
+
+[telemetry]
+metrics_port = $port
+TOML
+
+acct_before=$(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo missing)
+
+"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
+  --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
+daemon_pid=$!
+for _ in $(seq 50); do
+  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
+  sleep 0.1
+done
+check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > $tmp/m0.txt"
+
+# A second daemon on the same port fails at start with a clear message.
+"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe > "$tmp/second.log" 2>&1
+rc=$?
+check "second daemon on a used port exits 1 (got $rc)" "[[ $rc -eq 1 ]]"
+check "second daemon names the port" "grep -q 'cannot listen on 127.0.0.1:$port' $tmp/second.log"
+
+"$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 1 --steps 2 --data-ms 300 --gpu-ms 600 \
+  --nccl-ms 200 --optimizer-ms 300 --truth-log "$tmp/truth.jsonl" > "$tmp/workload.json" 2>&1 &
+wl=$!
+sleep 3
+curl -sf "http://127.0.0.1:$port/status" > "$tmp/status.json"
+curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
+wait $wl
+check "workload finished" "grep -q '\"steps\"' $tmp/workload.json"
+
+python3 - "$tmp/status.json" "$tmp/truth.jsonl" <<'PY' && pass || fail "/status lists the workload's processes"
+import json, sys
+status = json.load(open(sys.argv[1]))
+truth_pids = {json.loads(l)["pid"] for l in open(sys.argv[2])}
+tracked = {t["pid"]: t for t in status["tasks"]}
+assert status["backend"] == "observe", status["backend"]
+found = truth_pids & set(tracked)
+# Both ranks (GPU owners, listed by the emulated NVML) and their workers (descendants).
+assert len(found) >= 4, (sorted(truth_pids), sorted(tracked))
+for pid in found:
+    t = tracked[pid]
+    assert t["comm"].startswith("zernel-workload"), t
+    assert t["ml"] is True
+    assert set(t["phase_time_ms"]) == {"DataLoading", "GpuCompute", "NcclCollective", "OptimizerStep", "Unknown"}
+assert any(tracked[p]["gpu_id"] is not None for p in found)
+PY
+check "metrics name the tracked tasks" "grep -qE '^zernel_scheduler_tasks\{type=\"ml\"\} [4-9]' $tmp/metrics.txt"
+check "metrics keep the seed names" "grep -q '^zernel_scheduler_phase_time_pct{phase=\"gpu_compute\"}' $tmp/metrics.txt"
+
+kill -TERM "$daemon_pid"
+start=$(date +%s%N)
+wait "$daemon_pid"
+rc=$?
+daemon_pid=""
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+check "SIGTERM exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+check "SIGTERM stops within 2 s (took $ms ms)" "[[ $ms -lt 2000 ]]"
+check "task_delayacct restored" "[[ \$(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo missing) == $acct_before ]]"
+check "the port is released" "! curl -sf http://127.0.0.1:$port/metrics > /dev/null"
+python3 - "$tmp/phases.jsonl" <<'PY' && pass || fail "phase log is JSON lines with committed GpuCompute"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows, "empty phase log"
+for r in rows:
+    assert set(r) == {"t_ns", "pid", "phase"}, r
+assert any(r["phase"] == "GpuCompute" for r in rows), rows
+PY
+
+if [[ $failures -ne 0 ]]; then
+  echo "--- daemon log"; cat "$tmp/daemon.log"
+fi
+echo "$passed passed, $failures failed"
+[[ $failures -eq 0 ]]
