@@ -46,6 +46,11 @@ bool Engine::update_task(std::uint32_t pid, const TaskUpdate& u) {
   if (u.last_gpu_sync_ns) s->last_gpu_sync_ns = *u.last_gpu_sync_ns;
   if (u.nccl_active) s->nccl_active = *u.nccl_active;
   if (u.futex_wait_count) s->futex_wait_count = *u.futex_wait_count;
+  if (u.cpu_fraction) {
+    const float f = *u.cpu_fraction;
+    s->cpu_fraction = std::isnan(f) ? 0.0F : std::clamp(f, 0.0F, 1024.0F);
+  }
+  if (u.dataloader_worker) s->dataloader_worker = *u.dataloader_worker;
   if (u.gpu_id) {
     s->gpu_id = static_cast<std::int32_t>(std::min<std::uint32_t>(*u.gpu_id, INT32_MAX));
   }

@@ -7,6 +7,10 @@ PhaseDetector::PhaseDetector(const PhaseDetectionOptions& opts)
 
 Phase PhaseDetector::classify(const TaskState& s) const {
   if (!s.is_ml_process) return Phase::unknown;
+  if (s.dataloader_worker) {
+    const bool busy = s.cpu_fraction >= kWorkerBusyFraction || s.io_wait_fraction > opts_.io_wait_threshold;
+    return busy ? Phase::data_loading : Phase::unknown;
+  }
   if (opts_.nccl_detection_enabled && s.nccl_active && s.futex_wait_count > 0) {
     return Phase::nccl_collective;
   }

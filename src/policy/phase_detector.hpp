@@ -9,6 +9,11 @@
 //   5. 0 < cpu_burst < optimizer_burst_max and last_gpu_sync > 0  -> OptimizerStep
 //   6. io_wait > io_thr * 0.5 and idle_thr < gpu_util < active_thr -> DataLoading (prefetch overlap)
 //   7. otherwise                                                  -> Unknown
+// and one rule the earlier implementation lacked, between 1 and 2, for DataLoader workers (which
+// it never recognised): a worker that used at least kWorkerBusyFraction of a CPU in the last
+// interval, or waited on block I/O above io_thr, is DataLoading (producing a batch); an idle
+// worker (its prefetch queue full) is Unknown. Tasks that are not workers never reach it, so the
+// seven rules, and the benchmark folds, are unchanged.
 // (io_thr * 0.5 is computed in single precision, as the earlier implementation did, so the
 // benchmark folds of bench-workload.md match bit for bit.)
 //
@@ -31,6 +36,9 @@
 #include "policy/task_state.hpp"
 
 namespace zernel::policy {
+
+// A worker busy for a fifth of the interval is producing; below that it only wakes now and then.
+inline constexpr float kWorkerBusyFraction = 0.2F;
 
 class PhaseDetector {
  public:

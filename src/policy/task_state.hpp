@@ -26,6 +26,11 @@ struct TaskState {
   std::uint32_t futex_wait_count = 0;  // futex waits in the last interval
   std::uint64_t last_gpu_sync_ns = 0;  // CLOCK_MONOTONIC ns of the last GPU sync return, 0 = never
   std::uint64_t cpu_burst_duration_ns = 0;  // CPU time since that return; 0 while blocked in one
+  // A DataLoader worker (a descendant of a GPU process with no GPU context of its own), and the
+  // CPUs it used in the last interval (1.0 = one CPU all the time). Workers never touch the GPU,
+  // so the GPU-based rules cannot see them; PhaseDetector has a rule of their own.
+  bool dataloader_worker = false;
+  float cpu_fraction = 0.0F;
 
   // Phase-time accounting.
   std::uint64_t phase_start_ns = 0;
@@ -77,6 +82,8 @@ struct TaskUpdate {
   std::optional<bool> nccl_active;
   std::optional<std::uint32_t> futex_wait_count;
   std::optional<std::uint32_t> gpu_id;
+  std::optional<float> cpu_fraction;
+  std::optional<bool> dataloader_worker;
 };
 
 }  // namespace zernel::policy

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "policy/engine.hpp"
 #include "policy/options.hpp"
 #include "policy/phase.hpp"
 #include "policy/task_state.hpp"
@@ -670,6 +671,62 @@ TEST(PhaseDetectorProperty, transition_count_equals_the_number_of_committed_chan
     EXPECT_EQ(d.transition_count(), changes) << "stability " << stability;
     EXPECT_GT(changes, 0U);
   }
+}
+
+}  // namespace
+}  // namespace zernel::policy
+
+namespace zernel::policy {
+namespace {
+
+TaskState worker(float cpu, float io) {
+  TaskState s;
+  s.pid = 7;
+  s.is_ml_process = true;
+  s.dataloader_worker = true;
+  s.cpu_fraction = cpu;
+  s.io_wait_fraction = io;
+  return s;
+}
+
+TEST(PhaseDetectorWorkers, a_busy_worker_is_data_loading) {
+  PhaseDetector d(PhaseDetectionOptions{});
+  EXPECT_EQ(d.classify(worker(0.9F, 0.0F)), Phase::data_loading);
+  EXPECT_EQ(d.classify(worker(kWorkerBusyFraction, 0.0F)), Phase::data_loading);
+}
+
+TEST(PhaseDetectorWorkers, a_worker_waiting_on_block_io_is_data_loading) {
+  PhaseDetector d(PhaseDetectionOptions{});
+  EXPECT_EQ(d.classify(worker(0.0F, 0.5F)), Phase::data_loading);
+}
+
+TEST(PhaseDetectorWorkers, an_idle_worker_is_unknown_whatever_its_gpu_signals) {
+  PhaseDetector d(PhaseDetectionOptions{});
+  TaskState s = worker(0.05F, 0.0F);
+  s.gpu_utilization = 95;  // inherited nothing: workers never count as GPU compute
+  EXPECT_EQ(d.classify(s), Phase::unknown);
+}
+
+TEST(PhaseDetectorWorkers, the_worker_rule_needs_an_ml_process) {
+  PhaseDetector d(PhaseDetectionOptions{});
+  TaskState s = worker(0.9F, 0.0F);
+  s.is_ml_process = false;
+  EXPECT_EQ(d.classify(s), Phase::unknown);
+}
+
+TEST(PhaseDetectorWorkers, the_engine_takes_the_worker_flag_and_cpu_fraction_from_updates) {
+  EngineOptions o;
+  o.phase.phase_stability_count = 1;
+  Engine e(o, Topology::single_node(2));
+  ASSERT_TRUE(e.register_task(10, true, std::nullopt).ok());
+  TaskUpdate u;
+  u.dataloader_worker = true;
+  u.cpu_fraction = 0.7F;
+  e.update_task(10, u);
+  EXPECT_EQ(e.schedule(10, 1000).phase, Phase::data_loading);
+  u.cpu_fraction = std::numeric_limits<float>::quiet_NaN();
+  e.update_task(10, u);
+  EXPECT_EQ(e.schedule(10, 2000).phase, Phase::unknown);
 }
 
 }  // namespace

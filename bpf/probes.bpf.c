@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * probes: the tracing programs behind two of the daemon's per-process signals (design brief,
+ * section 5), counters only, read by the daemon once per tick.
+ *
+ *   cpu_burst_duration_ns  CPU time the process has run since its last GPU synchronisation
+ *                          returned; 0 while it is blocked in one.
+ *   last_gpu_sync_ns       when it last returned.
+ *   futex_wait_count       futex waits in the last interval.
+ *
+ * GPU SYNCHRONISATION. A uprobe and a uretprobe on each of libcuda's blocking synchronisation
+ * entry points (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize; the loader attaches
+ * them per distinct library file, for every process that maps it). The entry probe bumps the
+ * calling thread's nesting depth; on the outermost entry it records the time and counts the
+ * thread into its process's in_sync. The return probe undoes that; on the outermost return it
+ * adds the call's duration and a count to the process, records the return time and the returning
+ * thread's CPU runtime then (task->se.sum_exec_runtime, read with CO-RE so one object runs on the
+ * host's 6.x kernel and the 7.x test kernel). User space computes the burst as that thread's
+ * runtime now (the first field of /proc/PID/task/TID/schedstat, the same counter) minus the
+ * runtime at the return, and 0 while in_sync > 0.
+ *
+ * Worked example: a training thread calls cuStreamSynchronize at t=1.000 s and the GPU finishes
+ * at t=1.200 s. Entry: thread depth 0->1, proc in_sync 0->1, in_sync_since 1.000. Return: depth
+ * 1->0, in_sync 1->0, sync_time += 200 ms, sync_count += 1, last_return 1.200, the thread's
+ * runtime (say 5.000 s) is stored. It then runs the optimizer for 3 ms of CPU: at the next tick
+ * its schedstat reads 5.003 s, so cpu_burst = 3 ms (OptimizerStep), until the next sync.
+ *
+ * FUTEX WAITS. The tracepoint syscalls:sys_enter_futex fires for every futex call of every
+ * process, so it does the cheapest thing first: the op (without the private and clock flags) is
+ * compared with FUTEX_WAIT, FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI, and only a wait costs a
+ * hash lookup of the caller's tgid in zernel_probe_futex, which holds only the processes user
+ * space tracks; a hit is one atomic add.
+ *
+ * THREAD EXIT. The raw tracepoint sched_process_exit removes the exiting thread's entry (fixing
+ * its process's in_sync if it died inside a sync: a killed process never returns), and when the
+ * last thread of a process exits, the process's entries, so a reused pid starts clean.
+ *
+ * No ring buffer, no event per call: a sync costs two probe hits and a few map operations, a
+ * futex wait of an untracked process one hash miss (docs/probes.md has the measurements).
+ *
+ * Known weaknesses and accepted races:
+ *   - Threads of one process update its zernel_probe_proc entry concurrently. Counters and
+ *     in_sync are atomic; last_return_ns and last_return_tid are plain stores, so two threads
+ *     returning within nanoseconds of each other may leave the older time or the other thread's
+ *     tid (either is a true "last" to within those nanoseconds). The runtime lives in the
+ *     thread's own entry, written only by that thread, so tid and runtime always match.
+ *   - in_sync_since_ns is set when in_sync goes from 0 to 1; with overlapping syncs of several
+ *     threads it is when the process as a whole started waiting.
+ *   - se.sum_exec_runtime is brought up to date at each tick and context switch, so both values
+ *     lag the truth by at most a tick (4 ms at HZ=250); the burst is exact to about a tick.
+ *   - A uprobe attached while a thread is inside a sync misses that call's entry, and then its
+ *     return (no return probe is armed): consistent, just one call lost. A return with no entry
+ *     (RETURN_MISS) is ignored.
+ *   - A process entry evicted by the LRU while a thread is in a sync: the return recreates it and
+ *     does not let in_sync go below 0.
+ *   - Syncs the driver makes internally, not through these exported symbols, are not seen;
+ *     cudaDeviceSynchronize and cudaStreamSynchronize reach them on the CUDA versions we know.
+ */
+#include <vmlinux.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#include "probes.h"
+
+char _license[] SEC("license") = "GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, ZERNEL_PROBE_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct zernel_probe_proc);
+} zernel_probe_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ZERNEL_PROBE_MAX_THREADS);
+	__uint(map_flags, BPF_F_NO_PREALLOC); /* memory for the threads that sync, not 65,536 */
+	__type(key, __u32);
+	__type(value, struct zernel_probe_thread);
+} zernel_probe_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ZERNEL_PROBE_MAX_PROCS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, __u64);
+} zernel_probe_futex SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ZERNEL_PROBE_STAT_NR);
+	__type(key, __u32);
+	__type(value, __u64);
+} zernel_probe_stats SEC(".maps");
+
+static __always_inline void stat_inc(enum zernel_probe_stat stat)
+{
+	__u32 key = stat;
+	__u64 *v = bpf_map_lookup_elem(&zernel_probe_stats, &key);
+
+	if (v)
+		(*v)++; /* per CPU: no other writer */
+}
+
+/* The process's entry, created (zeroed) if it has none; NULL only when that fails. */
+static __always_inline struct zernel_probe_proc *proc_get(__u32 tgid)
+{
+	struct zernel_probe_proc *p, zero = {};
+
+	p = bpf_map_lookup_elem(&zernel_probe_procs, &tgid);
+	if (p)
+		return p;
+	/* NOEXIST: another thread of the process may have created it meanwhile; keep theirs. */
+	bpf_map_update_elem(&zernel_probe_procs, &tgid, &zero, BPF_NOEXIST);
+	p = bpf_map_lookup_elem(&zernel_probe_procs, &tgid);
+	if (!p)
+		stat_inc(ZERNEL_PROBE_STAT_PROC_MAP_FULL);
+	return p;
+}
+
+/* in_sync -= 1, never below 0 (the entry may have been evicted and recreated meanwhile). */
+static __always_inline void proc_leave(struct zernel_probe_proc *p)
+{
+	if (__sync_fetch_and_add(&p->in_sync, -1) == 0)
+		__sync_fetch_and_add(&p->in_sync, 1);
+}
+
+SEC("uprobe")
+int BPF_UPROBE(zernel_sync_enter)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct zernel_probe_thread *t, fresh = {};
+	struct zernel_probe_proc *p;
+	__u64 now;
+
+	stat_inc(ZERNEL_PROBE_STAT_SYNC_ENTER);
+	t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
+	if (!t) {
+		fresh.tgid = tgid;
+		if (bpf_map_update_elem(&zernel_probe_threads, &tid, &fresh, BPF_NOEXIST)) {
+			stat_inc(ZERNEL_PROBE_STAT_THREAD_MAP_FULL);
+			return 0;
+		}
+		t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
+		if (!t)
+			return 0;
+	}
+	if (t->depth > 0) {
+		if (t->depth >= ZERNEL_PROBE_MAX_DEPTH) {
+			stat_inc(ZERNEL_PROBE_STAT_DEPTH_OVERFLOW);
+			return 0;
+		}
+		t->depth++;
+		stat_inc(ZERNEL_PROBE_STAT_SYNC_NESTED);
+		return 0;
+	}
+
+	now = bpf_ktime_get_ns();
+	t->tgid = tgid; /* a reused tid of another process: the exit hook normally prevents this */
+	t->enter_ns = now;
+	t->depth = 1;
+	p = proc_get(tgid);
+	if (!p)
+		return 0;
+	if (__sync_fetch_and_add(&p->in_sync, 1) == 0)
+		p->in_sync_since_ns = now;
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_URETPROBE(zernel_sync_return)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct task_struct *task;
+	struct zernel_probe_thread *t;
+	struct zernel_probe_proc *p;
+	__u64 now, runtime;
+
+	stat_inc(ZERNEL_PROBE_STAT_SYNC_RETURN);
+	t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
+	if (!t || t->depth == 0) {
+		stat_inc(ZERNEL_PROBE_STAT_RETURN_MISS);
+		return 0;
+	}
+	if (--t->depth > 0)
+		return 0;
+
+	now = bpf_ktime_get_ns();
+	task = (struct task_struct *)bpf_get_current_task();
+	runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+	t->return_ns = now;
+	t->runtime_at_return_ns = runtime;
+
+	p = proc_get(tgid);
+	if (!p)
+		return 0;
+	proc_leave(p);
+	__sync_fetch_and_add(&p->sync_time_ns, now - t->enter_ns);
+	__sync_fetch_and_add(&p->sync_count, 1);
+	p->last_return_ns = now;
+	p->last_return_tid = tid;
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_enter_futex")
+int zernel_futex_enter(struct trace_event_raw_sys_enter *ctx)
+{
+	__u32 cmd = (__u32)ctx->args[1] & (__u32)ZERNEL_FUTEX_CMD_MASK;
+	__u32 tgid;
+	__u64 *count;
+
+	if (cmd != ZERNEL_FUTEX_WAIT && cmd != ZERNEL_FUTEX_WAIT_BITSET &&
+	    cmd != ZERNEL_FUTEX_WAIT_REQUEUE_PI)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	count = bpf_map_lookup_elem(&zernel_probe_futex, &tgid);
+	if (!count) {
+		stat_inc(ZERNEL_PROBE_STAT_FUTEX_UNTRACKED);
+		return 0;
+	}
+	__sync_fetch_and_add(count, 1);
+	stat_inc(ZERNEL_PROBE_STAT_FUTEX_WAIT);
+	return 0;
+}
+
+/* A raw tracepoint: attached by name, no tracefs needed. */
+SEC("raw_tp/sched_process_exit")
+int zernel_thread_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct zernel_probe_thread *t;
+	struct zernel_probe_proc *p;
+	struct task_struct *task;
+
+	t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
+	if (t) {
+		if (t->depth > 0) {
+			stat_inc(ZERNEL_PROBE_STAT_EXIT_IN_SYNC);
+			p = bpf_map_lookup_elem(&zernel_probe_procs, &tgid);
+			if (p)
+				proc_leave(p);
+		}
+		bpf_map_delete_elem(&zernel_probe_threads, &tid);
+	}
+
+	/* signal->live is decremented before this tracepoint: 0 means the whole process is gone. */
+	task = (struct task_struct *)bpf_get_current_task();
+	if (BPF_CORE_READ(task, signal, live.counter) == 0) {
+		bpf_map_delete_elem(&zernel_probe_procs, &tgid);
+		bpf_map_delete_elem(&zernel_probe_futex, &tgid);
+	}
+	return 0;
+}

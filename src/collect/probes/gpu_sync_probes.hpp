@@ -1,0 +1,150 @@
+#pragma once
+// GpuSyncProbes: the BPF tracing programs of bpf/probes.bpf.c, loaded and attached, and the
+// per-process signals they give, read once per tick (docs/probes.md).
+//
+//   in_sync, last_sync_return_ns, cpu_burst_ns, sync_count/time deltas: uprobes and uretprobes
+//       on libcuda's cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize, attached per
+//       distinct library file (dev, inode) for every process that maps it (attach_library).
+//   futex_waits_delta: the tracepoint syscalls:sys_enter_futex, counting FUTEX_WAIT,
+//       FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI of the processes track() names.
+//
+// Lifetime: open() loads the object and attaches the futex tracepoint and a thread-exit
+// tracepoint; each attach_library() adds six probes; the destructor detaches everything and
+// frees the maps. Only built with the BPF toolchain (ZERNEL_HAVE_PROBES); without it, or where
+// open() fails (not root, no BPF, no BTF), the daemon goes on without these signals and says so
+// once. Errors are worded for that one log line:
+//   "loading the GPU sync probes: BPF probes need root (CAP_BPF, CAP_PERFMON)"
+//   "counting futex waits: tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
+//   "/usr/lib/x86_64-linux-gnu/libcuda.so.1 has no cuStreamSynchronize: not a CUDA driver ..."
+// A missing tracefs costs only the futex counts: open() succeeds, has_futex() is false and
+// futex_error() says why (uprobes do not need tracefs).
+//
+// Pids are the host pid namespace's (the daemon runs there, as it must to schedule). Not
+// thread-safe: one thread (the daemon's collect step) owns the object.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace zernel::collect {
+
+// One process's GPU synchronisation and futex signals at one read.
+struct ProbeSample {
+  // A thread of the process is inside a synchronisation call now.
+  bool in_sync = false;
+  // CLOCK_MONOTONIC ns since which the process has been waiting (valid while in_sync).
+  std::uint64_t in_sync_since_ns = 0;
+  // CLOCK_MONOTONIC ns when a synchronisation call last returned; 0 = none seen.
+  std::uint64_t last_sync_return_ns = 0;
+  // CPU time the thread whose sync returned last has run since that return (its schedstat
+  // runtime now minus its runtime then): the design's cpu_burst_duration_ns. 0 while in_sync,
+  // before any sync, and when that thread has exited. Accurate to about a scheduler tick.
+  std::uint64_t cpu_burst_ns = 0;
+  // Completed (outermost) synchronisation calls, and the time spent in them, summed over the
+  // threads, since the previous read of this pid (the first read: since the probes first saw
+  // the process). A call in progress counts when it returns.
+  std::uint64_t sync_count_delta = 0;
+  std::uint64_t sync_time_delta_ns = 0;
+  // Futex waits since the previous read (the first read: since track()); 0 when not tracked.
+  std::uint64_t futex_waits_delta = 0;
+  // now_ns minus the previous read's now_ns; 0 on the first read of this pid.
+  std::uint64_t interval_ns = 0;
+};
+
+// The BPF side's counters (enum zernel_probe_stat), summed over the CPUs.
+struct ProbeStats {
+  std::uint64_t sync_enter = 0;       // uprobe hits
+  std::uint64_t sync_return = 0;      // uretprobe hits
+  std::uint64_t sync_nested = 0;      // entries while the thread was already in a sync
+  std::uint64_t return_miss = 0;      // returns without a recorded entry
+  std::uint64_t depth_overflow = 0;   // entries nested deeper than 64, ignored
+  std::uint64_t thread_map_full = 0;  // sync entries lost to a full thread map
+  std::uint64_t proc_map_full = 0;    // updates lost for want of a process entry
+  std::uint64_t exit_in_sync = 0;     // threads that exited inside a sync
+  std::uint64_t futex_waits = 0;      // futex waits counted (tracked processes)
+  std::uint64_t futex_untracked = 0;  // futex waits of untracked processes (looked up only)
+};
+
+// A library file the probes are attached to.
+struct AttachedLibrary {
+  std::string path;  // the path it was attached by
+  std::uint64_t dev = 0;
+  std::uint64_t inode = 0;
+  std::vector<std::string> symbols;  // the entry points probed (3 to 5)
+};
+
+class GpuSyncProbes {
+ public:
+  struct Options {
+    std::string proc_root = "/proc";  // for maps, schedstat and /proc/PID/root
+  };
+
+  // Loads the BPF object (needs root: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; and kernel BTF)
+  // and attaches the thread-exit and futex tracepoints. No library is probed yet.
+  static Result<std::unique_ptr<GpuSyncProbes>> open(const Options& options);
+  static Result<std::unique_ptr<GpuSyncProbes>> open() { return open(Options{}); }
+
+  ~GpuSyncProbes();
+  GpuSyncProbes(const GpuSyncProbes&) = delete;
+  GpuSyncProbes& operator=(const GpuSyncProbes&) = delete;
+  GpuSyncProbes(GpuSyncProbes&&) = delete;
+  GpuSyncProbes& operator=(GpuSyncProbes&&) = delete;
+
+  // Attaches the six probes (entry and return of the three sync calls, plus the optional
+  // variants the file has) to the library at `path`, for every process, present and future, that
+  // maps that file. True when newly attached, false when that file (dev, inode) already is.
+  // Errors: the file cannot be opened; it is not ELF; it lacks one of the three calls; the
+  // kernel refuses the uprobe. On error nothing of this file stays attached.
+  [[nodiscard]] Result<bool> attach_library(const std::string& path);
+
+  // Attaches every libcuda the process maps (/proc/PID/maps), opened through /proc/PID/root so
+  // a library inside a container's file system is found. Returns how many files were newly
+  // attached (0: none mapped, or all attached already). A process that is gone gives an error
+  // with code ESRCH.
+  [[nodiscard]] Result<std::size_t> attach_process_libraries(std::uint32_t pid);
+
+  // Starts / stops counting the process's futex waits. track() of a tracked pid keeps its count.
+  // Errors: futex counting unavailable (has_futex() false), or the filter map is full (65,536).
+  [[nodiscard]] Result<void> track(std::uint32_t pid);
+  [[nodiscard]] Result<void> untrack(std::uint32_t pid);
+
+  // The process's signals now; `now_ns` is the caller's CLOCK_MONOTONIC time of this tick.
+  // A process the probes never saw reads as all zeros. Errors only for a failing map read.
+  [[nodiscard]] Result<ProbeSample> read(std::uint32_t pid, std::uint64_t now_ns);
+
+  // Drops everything about the process: its map entries (sync state, futex tracking) and the
+  // previous-read state. Call when it exits or stops being tracked. (The BPF side also drops a
+  // process's entries when its last thread exits, so a reused pid starts clean.)
+  void forget(std::uint32_t pid);
+
+  [[nodiscard]] bool has_futex() const { return !futex_error_.has_value(); }
+  [[nodiscard]] const std::optional<Error>& futex_error() const { return futex_error_; }
+  [[nodiscard]] const std::vector<AttachedLibrary>& libraries() const { return libraries_; }
+  [[nodiscard]] ProbeStats stats() const;
+
+  struct Impl;  // libbpf objects (gpu_sync_probes.cpp)
+
+ private:
+  GpuSyncProbes(std::unique_ptr<Impl> impl, Options options);
+
+  struct Previous {
+    std::uint64_t sync_count = 0;
+    std::uint64_t sync_time_ns = 0;
+    std::uint64_t futex_waits = 0;
+    std::uint64_t now_ns = 0;
+  };
+
+  std::unique_ptr<Impl> impl_;
+  Options options_;
+  std::optional<Error> futex_error_;
+  std::vector<AttachedLibrary> libraries_;
+  std::unordered_map<std::uint32_t, Previous> previous_;
+  std::string buf_;  // schedstat reads
+};
+
+}  // namespace zernel::collect

@@ -1,0 +1,88 @@
+#include "collect/wait_state.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <charconv>
+
+namespace zernel::collect {
+
+std::string_view wait_name(MainThreadWait w) {
+  switch (w) {
+    case MainThreadWait::running: return "running";
+    case MainThreadWait::input: return "input";
+    case MainThreadWait::futex: return "futex";
+    case MainThreadWait::other: return "other";
+    case MainThreadWait::unknown: break;
+  }
+  return "unknown";
+}
+
+MainThreadWait parse_syscall_file(std::string_view text) {
+  if (text.starts_with("running")) return MainThreadWait::running;
+  long nr = -2;
+  const auto* end = text.data() + text.size();
+  auto [p, ec] = std::from_chars(text.data(), end, nr);
+  if (ec != std::errc() || (p != end && *p != ' ' && *p != '\n')) return MainThreadWait::unknown;
+  switch (nr) {
+    case 0:    // read
+    case 17:   // pread64
+    case 19:   // readv
+    case 295:  // preadv
+    case 7:    // poll
+    case 271:  // ppoll
+    case 23:   // select
+    case 270:  // pselect6
+    case 232:  // epoll_wait
+    case 281:  // epoll_pwait
+    case 441:  // epoll_pwait2
+    case 45:   // recvfrom
+    case 47:   // recvmsg
+      return MainThreadWait::input;
+    case 202:  // futex
+    case 449:  // futex_wait
+      return MainThreadWait::futex;
+    case -1:  // blocked, but not in a system call
+    default:
+      return nr >= -1 ? MainThreadWait::other : MainThreadWait::unknown;
+  }
+}
+
+std::optional<SchedStat> parse_schedstat(std::string_view text) {
+  SchedStat st;
+  std::uint64_t* fields[] = {&st.run_ns, &st.wait_ns, &st.timeslices};
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (std::uint64_t* f : fields) {
+    while (p < end && *p == ' ') ++p;
+    auto [next, ec] = std::from_chars(p, end, *f);
+    if (ec != std::errc()) return std::nullopt;
+    p = next;
+  }
+  if (p != end && *p != '\n' && *p != ' ') return std::nullopt;
+  return st;
+}
+
+std::optional<SchedStat> read_schedstat(const std::string& proc_root, std::uint32_t pid) {
+  const std::string path = proc_root + "/" + std::to_string(pid) + "/schedstat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[128];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  return parse_schedstat(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+MainThreadWait read_main_thread_wait(const std::string& proc_root, std::uint32_t pid) {
+  const std::string path = proc_root + "/" + std::to_string(pid) + "/syscall";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return MainThreadWait::unknown;
+  char buf[256];
+  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (n <= 0) return MainThreadWait::unknown;
+  return parse_syscall_file(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+}  // namespace zernel::collect

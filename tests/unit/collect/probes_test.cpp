@@ -1,0 +1,669 @@
+// The GPU sync and futex probes (bpf/probes.bpf.c, src/collect/probes/) on the host's real
+// kernel, driven by forked children: one that uses the emulated GPU's libcuda (tools/fake_gpu)
+// like a training step, one that makes futex calls. Needs root and BPF tracing; each test skips
+// with the reason otherwise. Built only with the BPF toolchain (ZERNEL_HAVE_PROBES).
+#ifdef ZERNEL_HAVE_PROBES
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "collect/probes/cuda_library.hpp"
+#include "collect/probes/gpu_sync_probes.hpp"
+
+#ifndef ZERNEL_FAKE_LIB_DIR
+#define ZERNEL_FAKE_LIB_DIR ""
+#endif
+
+namespace zernel::collect {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr std::uint64_t kMs = 1'000'000;
+
+std::string fake_libcuda() { return std::string(ZERNEL_FAKE_LIB_DIR) + "/libcuda.so.1"; }
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void burn_cpu(std::uint64_t ns) {
+  const std::uint64_t end = thread_cpu_ns() + ns;
+  volatile std::uint64_t x = 0;
+  while (thread_cpu_ns() < end) {
+    for (int i = 0; i < 10000; ++i) x = x + static_cast<std::uint64_t>(i);
+  }
+}
+
+long futex(std::uint32_t* uaddr, int op, std::uint32_t val, const timespec* timeout = nullptr) {
+  return syscall(SYS_futex, uaddr, op, val, timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+// A private emulated GPU segment (ZERNEL_FAKE_GPU_SHM) for one test, removed at the end.
+class EmulatedGpu {
+ public:
+  EmulatedGpu() {
+    static std::atomic<int> counter{0};
+    std::random_device rd;
+    name_ = "/zernel-probes-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) +
+            "-" + std::to_string(rd());
+    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
+  }
+  ~EmulatedGpu() {
+    shm_unlink(name_.c_str());
+    unsetenv("ZERNEL_FAKE_GPU_SHM");
+  }
+  EmulatedGpu(const EmulatedGpu&) = delete;
+  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
+
+ private:
+  std::string name_;
+};
+
+// A forked child that runs `body` with a command pipe and a reply pipe: one byte each way. The
+// child never returns into the test framework; the destructor kills and reaps it.
+class Child {
+ public:
+  using Body = std::function<int(int cmd_fd, int reply_fd)>;
+  explicit Child(const Body& body) {
+    int cmd[2];
+    int reply[2];
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(reply, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(cmd[1]);
+      close(reply[0]);
+      _exit(body(cmd[0], reply[1]));
+    }
+    close(cmd[0]);
+    close(reply[1]);
+    cmd_ = cmd[1];
+    reply_ = reply[0];
+  }
+  ~Child() {
+    kill_and_reap();
+    if (cmd_ >= 0) close(cmd_);
+    if (reply_ >= 0) close(reply_);
+  }
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  [[nodiscard]] std::uint32_t upid() const { return static_cast<std::uint32_t>(pid_); }
+
+  bool send(char c) const { return write(cmd_, &c, 1) == 1; }
+  // The next reply byte, or '\0' after `timeout_ms` (or when the child died).
+  [[nodiscard]] char expect(int timeout_ms = 10'000) const {
+    pollfd p{reply_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) != 1) return '\0';
+    char c = '\0';
+    return read(reply_, &c, 1) == 1 ? c : '\0';
+  }
+  // True when a reply is waiting (without consuming it).
+  [[nodiscard]] bool reply_ready() const {
+    pollfd p{reply_, POLLIN, 0};
+    return poll(&p, 1, 0) == 1;
+  }
+  // Waits for the child to exit by itself; its wait status, or -1.
+  int wait_exit() {
+    int status = -1;
+    if (pid_ > 0 && waitpid(pid_, &status, 0) == pid_) pid_ = -1;
+    return status;
+  }
+  void kill_and_reap() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  // In the child: blocks for the next command byte ('\0' on EOF).
+  static char next(int fd) {
+    char c = '\0';
+    return read(fd, &c, 1) == 1 ? c : '\0';
+  }
+  static void reply(int fd, char c) { (void)!write(fd, &c, 1); }
+
+ private:
+  pid_t pid_ = -1;
+  int cmd_ = -1;
+  int reply_ = -1;
+};
+
+// The child playing a training step on the emulated GPU:
+//   'L' after loading libcuda and creating a context and a stream (then waits for 'G');
+//   'S' just before cuStreamSynchronize on `work_ns` of queued work, 'R' after it returned;
+//   'B' after burning `burn_ns` of CPU; then waits for any command and exits.
+// A failure replies 'F' and exits 1.
+int gpu_step_child(int cmd, int rep, std::uint64_t work_ns, std::uint64_t burn_ns) {
+  void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return Child::reply(rep, 'F'), 1;
+  using Handle = void*;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
+  auto ctx_create = reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
+  auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
+  auto stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
+  auto enqueue =
+      reinterpret_cast<int (*)(Handle, unsigned long long)>(dlsym(lib, "zfgEnqueueWork"));
+  if (!init || !device_get || !ctx_create || !stream_create || !stream_sync || !enqueue) {
+    return Child::reply(rep, 'F'), 1;
+  }
+  int dev = 0;
+  Handle ctx = nullptr;
+  Handle stream = nullptr;
+  if (init(0) != 0 || device_get(&dev, 0) != 0 || ctx_create(&ctx, 0, dev) != 0 ||
+      stream_create(&stream, 0) != 0) {
+    return Child::reply(rep, 'F'), 1;
+  }
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  if (enqueue(stream, work_ns) != 0) return Child::reply(rep, 'F'), 1;
+  Child::reply(rep, 'S');
+  if (stream_sync(stream) != 0) return Child::reply(rep, 'F'), 1;
+  Child::reply(rep, 'R');
+  burn_cpu(burn_ns);
+  Child::reply(rep, 'B');
+  Child::next(cmd);
+  return 0;
+}
+
+// The child making futex calls on command:
+//   'W': 200 FUTEX_WAITs that return at once (the word differs from the expected value: EAGAIN),
+//        half of them private, plus 50 FUTEX_WAIT_BITSET with FUTEX_CLOCK_REALTIME; reply 'w'.
+//   'K': 200 FUTEX_WAKEs (not waits); reply 'k'.
+//   'C': 20 pthread_cond_timedwait of 1 ms that time out (glibc's own futex waits); reply 'c'.
+//   anything else: exit.
+int futex_child(int cmd, int rep) {
+  std::uint32_t word = 1;
+  for (;;) {
+    const char c = Child::next(cmd);
+    if (c == 'W') {
+      for (int i = 0; i < 200; ++i) {
+        futex(&word, (i % 2 != 0) ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 0);
+      }
+      for (int i = 0; i < 50; ++i) {
+        futex(&word, FUTEX_WAIT_BITSET | FUTEX_CLOCK_REALTIME | FUTEX_PRIVATE_FLAG, 0);
+      }
+      Child::reply(rep, 'w');
+    } else if (c == 'K') {
+      for (int i = 0; i < 200; ++i) futex(&word, FUTEX_WAKE_PRIVATE, 1);
+      Child::reply(rep, 'k');
+    } else if (c == 'C') {
+      pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+      pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+      pthread_mutex_lock(&m);
+      for (int i = 0; i < 20; ++i) {
+        timespec deadline{};
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += 1'000'000;
+        if (deadline.tv_nsec >= 1'000'000'000) {
+          deadline.tv_sec += 1;
+          deadline.tv_nsec -= 1'000'000'000;
+        }
+        pthread_cond_timedwait(&cv, &m, &deadline);
+      }
+      pthread_mutex_unlock(&m);
+      Child::reply(rep, 'c');
+    } else {
+      return 0;
+    }
+  }
+}
+
+class Probes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) {
+      GTEST_SKIP() << "the build does not define ZERNEL_FAKE_LIB_DIR (tests/CMakeLists.txt)";
+    }
+    // Not root, no BPF, no BTF: open() says which, and that is the reason to skip.
+    auto r = GpuSyncProbes::open();
+    if (!r) GTEST_SKIP() << r.error().message();
+    probes_ = std::move(r.value());
+  }
+
+  ProbeSample read(std::uint32_t pid) {
+    auto s = probes_->read(pid, monotonic_ns());
+    EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message());
+    return s.ok() ? s.value() : ProbeSample{};
+  }
+
+  std::unique_ptr<GpuSyncProbes> probes_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Parsers (no BPF needed, but they only exist in a probes build).
+
+TEST(CudaLibrary, recognises_the_driver_library_by_file_name) {
+  EXPECT_TRUE(probes::is_libcuda_path("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+  EXPECT_TRUE(probes::is_libcuda_path("/usr/lib64/libcuda.so.560.35.03"));
+  EXPECT_TRUE(probes::is_libcuda_path("/opt/x/libcuda.so"));
+  EXPECT_FALSE(probes::is_libcuda_path("/usr/lib/libcudart.so.12"));
+  EXPECT_FALSE(probes::is_libcuda_path("/usr/lib/libcuda.so.1 (deleted)"));
+  EXPECT_FALSE(probes::is_libcuda_path("/opt/libcuda.so.d/libfoo.so"));
+  EXPECT_FALSE(probes::is_libcuda_path("libcuda.so.1"));
+  EXPECT_FALSE(probes::is_libcuda_path("[heap]"));
+}
+
+TEST(CudaLibrary, lists_each_mapped_driver_file_once) {
+  const std::string maps =
+      "7f0000000000-7f0000001000 r--p 00000000 fd:01 1234    /usr/lib/libcuda.so.560\n"
+      "7f0000001000-7f0000002000 r-xp 00001000 fd:01 1234    /usr/lib/libcuda.so.560\n"
+      "7f0000003000-7f0000004000 r--p 00000000 103:0a 99     /other/libcuda.so.1\n"
+      "7f0000005000-7f0000006000 r--p 00000000 fd:01 77      /usr/lib/libcudart.so.12\n"
+      "7f0000007000-7f0000008000 rw-p 00000000 00:00 0 \n"
+      "7f0000009000-7f000000a000 r--p 00000000 fd:01 55      /gone/libcuda.so.1 (deleted)\n"
+      "7f000000b000-7f000000c000 r--p 00000000 fd:01 56      /cut/libcuda.so.1";  // no '\n'
+  const auto libs = probes::parse_libcuda_mappings(maps);
+  ASSERT_EQ(libs.size(), 2U);
+  EXPECT_EQ(libs[0].path, "/usr/lib/libcuda.so.560");
+  EXPECT_EQ(libs[0].dev_major, 0xfdU);
+  EXPECT_EQ(libs[0].dev_minor, 1U);
+  EXPECT_EQ(libs[0].inode, 1234U);
+  EXPECT_EQ(libs[1].path, "/other/libcuda.so.1");
+  EXPECT_EQ(libs[1].dev_major, 0x103U);
+  EXPECT_EQ(libs[1].dev_minor, 0xaU);
+}
+
+TEST(CudaLibrary, parses_the_runtime_field_of_schedstat) {
+  EXPECT_EQ(probes::parse_schedstat_runtime("123456789 2000 15\n"), 123456789U);
+  EXPECT_EQ(probes::parse_schedstat_runtime("0 0 0\n"), 0U);
+  EXPECT_FALSE(probes::parse_schedstat_runtime("123456789 2000 15").has_value());  // cut short
+  EXPECT_FALSE(probes::parse_schedstat_runtime("\n").has_value());
+  EXPECT_FALSE(probes::parse_schedstat_runtime("x1 2 3\n").has_value());
+  EXPECT_FALSE(probes::parse_schedstat_runtime("99999999999999999999999 1 1\n").has_value());
+}
+
+TEST(CudaLibrary, finds_the_sync_symbols_of_the_emulated_driver) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  auto found = probes::elf_defined_functions(
+      fake_libcuda(), {"cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+                       "cuStreamSynchronize_ptsz", "no_such_function"});
+  ASSERT_TRUE(found.ok()) << found.error().message();
+  EXPECT_EQ(found->size(), 3U);
+  auto not_elf = probes::elf_defined_functions("/proc/self/status", {"x"});
+  EXPECT_FALSE(not_elf.ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading and attaching.
+
+TEST_F(Probes, loads_and_attaches_to_the_emulated_libcuda_once_per_file) {
+  auto r = probes_->attach_library(fake_libcuda());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_TRUE(*r);
+  ASSERT_EQ(probes_->libraries().size(), 1U);
+  EXPECT_EQ(probes_->libraries()[0].symbols.size(), 3U);
+  // The same file again, by the same path and by another one: already attached.
+  auto again = probes_->attach_library(fake_libcuda());
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_FALSE(*again);
+  auto via_root = probes_->attach_library("/proc/self/root" + fake_libcuda());
+  ASSERT_TRUE(via_root.ok()) << via_root.error().message();
+  EXPECT_FALSE(*via_root);
+  EXPECT_EQ(probes_->libraries().size(), 1U);
+}
+
+TEST_F(Probes, refuses_a_library_without_the_sync_calls_fail) {
+  auto r = probes_->attach_library(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("has no cuCtxSynchronize"), std::string::npos)
+      << r.error().message();
+  EXPECT_NE(r.error().message().find("not a CUDA driver library"), std::string::npos);
+  EXPECT_FALSE(probes_->attach_library("/proc/self/status").ok());
+  EXPECT_FALSE(probes_->attach_library("/no/such/libcuda.so.1").ok());
+  EXPECT_TRUE(probes_->libraries().empty());
+}
+
+TEST_F(Probes, open_without_privileges_says_what_is_needed_fail) {
+  // A child that gives up root (and with it every capability) tries to load the probes.
+  Child child([](int, int rep) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) return 2;
+    auto r = GpuSyncProbes::open();
+    if (r.ok()) return 3;
+    const bool worded = r.error().message() ==
+                        "loading the GPU sync probes: BPF probes need root (CAP_BPF, CAP_PERFMON)";
+    Child::reply(rep, worded ? 'y' : 'n');
+    return 0;
+  });
+  EXPECT_EQ(child.expect(), 'y');
+}
+
+TEST_F(Probes, without_tracefs_only_futex_counting_is_off_and_says_why) {
+  // A child in its own mount namespace unmounts tracefs there (the host keeps it).
+  Child child([](int, int rep) {
+    if (unshare(CLONE_NEWNS) != 0 ||
+        mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      return Child::reply(rep, 's'), 0;
+    }
+    umount2("/sys/kernel/tracing", MNT_DETACH);
+    umount2("/sys/kernel/debug/tracing", MNT_DETACH);
+    umount2("/sys/kernel/debug", MNT_DETACH);
+    if (access("/sys/kernel/tracing/events", F_OK) == 0) return Child::reply(rep, 's'), 0;
+    auto r = GpuSyncProbes::open();
+    if (!r.ok()) return Child::reply(rep, 'o'), 0;
+    auto& p = *r.value();
+    const bool off = !p.has_futex() && p.futex_error()->message() ==
+                                           "counting futex waits: tracefs not mounted "
+                                           "(mount -t tracefs nodev /sys/kernel/tracing)";
+    const auto tracked = p.track(1);
+    const bool track_says =
+        !tracked.ok() && tracked.error().message() == p.futex_error()->message();
+    auto attached = p.attach_library(fake_libcuda());  // uprobes need no tracefs
+    Child::reply(rep, !off ? 'f' : !track_says ? 't' : !(attached.ok() && *attached) ? 'a' : 'y');
+    return 0;
+  });
+  const char c = child.expect(30'000);
+  if (c == 's') GTEST_SKIP() << "cannot unmount tracefs in a private mount namespace";
+  EXPECT_EQ(c, 'y') << "o: open failed, f: futex not reported off, t: track() wording, "
+                       "a: attach_library failed";
+}
+
+TEST_F(Probes, an_unknown_process_reads_as_zeros) {
+  const auto s = read(static_cast<std::uint32_t>(getpid()));
+  EXPECT_FALSE(s.in_sync);
+  EXPECT_EQ(s.last_sync_return_ns, 0U);
+  EXPECT_EQ(s.cpu_burst_ns, 0U);
+  EXPECT_EQ(s.sync_count_delta, 0U);
+  EXPECT_EQ(s.futex_waits_delta, 0U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPU synchronisation.
+
+TEST_F(Probes, sees_a_training_step_block_in_a_sync_then_burn_cpu) {
+  EmulatedGpu gpu;
+  constexpr std::uint64_t kWork = 200 * kMs;
+  constexpr std::uint64_t kBurn = 50 * kMs;
+  Child child([&](int cmd, int rep) { return gpu_step_child(cmd, rep, kWork, kBurn); });
+  ASSERT_GT(child.pid(), 0);
+  ASSERT_EQ(child.expect(), 'L') << "the child could not set up the emulated GPU";
+
+  // The daemon's way: find the library in the process's maps.
+  auto attached = probes_->attach_process_libraries(child.upid());
+  ASSERT_TRUE(attached.ok()) << attached.error().message();
+  EXPECT_EQ(*attached, 1U);
+  ASSERT_EQ(probes_->libraries().size(), 1U);
+  EXPECT_EQ(probes_->libraries()[0].path,
+            "/proc/" + std::to_string(child.pid()) + "/root" + fake_libcuda());
+  auto again = probes_->attach_process_libraries(child.upid());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0U);
+
+  const auto first = read(child.upid());
+  EXPECT_FALSE(first.in_sync);
+  EXPECT_EQ(first.last_sync_return_ns, 0U);
+  EXPECT_EQ(first.interval_ns, 0U);
+
+  const std::uint64_t t_go = monotonic_ns();
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'S');
+
+  // While the child is blocked in cuStreamSynchronize.
+  bool saw_in_sync = false;
+  ProbeSample during{};
+  while (!child.reply_ready()) {
+    during = read(child.upid());
+    if (during.in_sync) {
+      saw_in_sync = true;
+      break;
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(saw_in_sync) << "the sync returned before a read saw it (the probe missed it?)";
+  EXPECT_EQ(during.cpu_burst_ns, 0U);
+  EXPECT_GE(during.in_sync_since_ns, t_go);
+  EXPECT_LE(during.in_sync_since_ns, monotonic_ns());
+  EXPECT_EQ(during.sync_count_delta, 0U);
+
+  ASSERT_EQ(child.expect(), 'R');
+  const std::uint64_t t_returned = monotonic_ns();
+  const auto after = read(child.upid());
+  EXPECT_FALSE(after.in_sync);
+  EXPECT_GE(after.last_sync_return_ns, t_go + 150 * kMs);
+  EXPECT_LE(after.last_sync_return_ns, t_returned);
+  EXPECT_EQ(after.sync_count_delta, 1U);
+  EXPECT_GE(after.sync_time_delta_ns, 150 * kMs);  // ~200 ms; lower bound only
+  EXPECT_GT(after.interval_ns, 0U);
+
+  ASSERT_EQ(child.expect(), 'B');
+  const auto burst = read(child.upid());
+  EXPECT_FALSE(burst.in_sync);
+  EXPECT_EQ(burst.last_sync_return_ns, after.last_sync_return_ns);
+  EXPECT_EQ(burst.sync_count_delta, 0U);
+  EXPECT_EQ(burst.sync_time_delta_ns, 0U);
+  EXPECT_GE(burst.cpu_burst_ns, 30 * kMs);
+
+  const auto st = probes_->stats();
+  EXPECT_GE(st.sync_enter, 1U);
+  EXPECT_GE(st.sync_return, 1U);
+
+  // The process exits: the BPF side drops its entries, so a reused pid would start clean.
+  const std::uint32_t pid = child.upid();
+  ASSERT_TRUE(child.send('X'));
+  const int status = child.wait_exit();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const auto gone = read(pid);
+  EXPECT_EQ(gone.last_sync_return_ns, 0U);
+  EXPECT_FALSE(gone.in_sync);
+}
+
+TEST_F(Probes, drops_a_process_that_exits_and_one_killed_inside_a_sync) {
+  EmulatedGpu gpu;
+  auto r = probes_->attach_library(fake_libcuda());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const auto before = probes_->stats();
+
+  // 5 s of work: the child is still blocked when it is killed.
+  auto child = std::make_unique<Child>(
+      [](int cmd, int rep) { return gpu_step_child(cmd, rep, 5000 * kMs, 0); });
+  const std::uint32_t pid = child->upid();
+  ASSERT_EQ(child->expect(), 'L');
+  ASSERT_TRUE(child->send('G'));
+  ASSERT_EQ(child->expect(), 'S');
+  bool saw_in_sync = false;
+  for (int i = 0; i < 500 && !saw_in_sync; ++i) {
+    saw_in_sync = read(pid).in_sync;
+    if (!saw_in_sync) std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(saw_in_sync);
+  child.reset();  // SIGKILL, reaped
+
+  const auto after = read(pid);
+  EXPECT_FALSE(after.in_sync);
+  EXPECT_EQ(after.last_sync_return_ns, 0U);
+  EXPECT_GE(probes_->stats().exit_in_sync, before.exit_in_sync + 1);
+}
+
+TEST_F(Probes, forget_drops_the_state_of_a_process) {
+  EmulatedGpu gpu;
+  auto r = probes_->attach_library(fake_libcuda());
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  Child child([](int cmd, int rep) { return gpu_step_child(cmd, rep, 10 * kMs, 0); });
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'S');
+  ASSERT_EQ(child.expect(), 'R');
+  ASSERT_EQ(child.expect(), 'B');
+  EXPECT_NE(read(child.upid()).last_sync_return_ns, 0U);
+  probes_->forget(child.upid());
+  const auto s = read(child.upid());
+  EXPECT_EQ(s.last_sync_return_ns, 0U);
+  EXPECT_EQ(s.sync_count_delta, 0U);
+  EXPECT_EQ(s.interval_ns, 0U);  // a first read again
+}
+
+// ---------------------------------------------------------------------------------------------
+// Futex waits.
+
+TEST_F(Probes, counts_futex_waits_of_tracked_processes_only) {
+  if (!probes_->has_futex()) GTEST_SKIP() << probes_->futex_error()->message();
+  Child child(futex_child);
+  ASSERT_GT(child.pid(), 0);
+  const std::uint32_t pid = child.upid();
+
+  // Not tracked: nothing counted.
+  ASSERT_TRUE(child.send('W'));
+  ASSERT_EQ(child.expect(), 'w');
+  EXPECT_EQ(read(pid).futex_waits_delta, 0U);
+
+  // Tracked: every wait, private or not, with or without FUTEX_CLOCK_REALTIME.
+  ASSERT_TRUE(probes_->track(pid).ok());
+  ASSERT_TRUE(probes_->track(pid).ok());  // idempotent
+  EXPECT_EQ(read(pid).futex_waits_delta, 0U);
+  ASSERT_TRUE(child.send('W'));
+  ASSERT_EQ(child.expect(), 'w');
+  const auto waits = read(pid).futex_waits_delta;
+  EXPECT_GE(waits, 250U);
+  EXPECT_LE(waits, 260U);  // a few of the child's own, at most
+
+  // Wakes are not waits.
+  ASSERT_TRUE(child.send('K'));
+  ASSERT_EQ(child.expect(), 'k');
+  EXPECT_LE(read(pid).futex_waits_delta, 5U);
+
+  // glibc's condition variable waits.
+  ASSERT_TRUE(child.send('C'));
+  ASSERT_EQ(child.expect(), 'c');
+  EXPECT_GE(read(pid).futex_waits_delta, 20U);
+
+  // Untracked again: nothing.
+  ASSERT_TRUE(probes_->untrack(pid).ok());
+  ASSERT_TRUE(child.send('W'));
+  ASSERT_EQ(child.expect(), 'w');
+  EXPECT_EQ(read(pid).futex_waits_delta, 0U);
+  EXPECT_GT(probes_->stats().futex_untracked, 0U);
+
+  // And tracked once more: counting starts from zero.
+  ASSERT_TRUE(probes_->track(pid).ok());
+  ASSERT_TRUE(child.send('W'));
+  ASSERT_EQ(child.expect(), 'w');
+  EXPECT_GE(read(pid).futex_waits_delta, 250U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost (docs/probes.md). Not a check, a measurement: run it by hand with
+//   zernel_unit_tests --gtest_also_run_disabled_tests --gtest_filter='Probes.DISABLED_*'
+// Each figure is the best of 7 rounds (the machine is shared), in ns per call.
+
+double best_ns_per_call(int calls, const std::function<void()>& call) {
+  double best = 1e18;
+  for (int round = 0; round < 7; ++round) {
+    const std::uint64_t t0 = monotonic_ns();
+    for (int i = 0; i < calls; ++i) call();
+    const std::uint64_t t1 = monotonic_ns();
+    best = std::min(best, static_cast<double>(t1 - t0) / calls);
+  }
+  return best;
+}
+
+TEST_F(Probes, DISABLED_measure_costs) {
+  EmulatedGpu gpu;
+  std::uint32_t word = 1;
+  const int kFutexCalls = 200'000;
+  auto futex_wait = [&] { futex(&word, FUTEX_WAIT_PRIVATE, 0); };  // EAGAIN at once
+  auto futex_wake = [&] { futex(&word, FUTEX_WAKE_PRIVATE, 1); };
+  auto other_syscall = [] { syscall(SYS_getppid); };  // any syscall: the tracepoint's side cost
+
+  void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  using Handle = void*;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto ctx_create = reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
+  auto ctx_destroy = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuCtxDestroy_v2"));
+  auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
+  auto stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
+  Handle ctx = nullptr;
+  Handle stream = nullptr;
+  ASSERT_EQ(init(0), 0);
+  ASSERT_EQ(ctx_create(&ctx, 0, 0), 0);
+  ASSERT_EQ(stream_create(&stream, 0), 0);
+  const int kSyncCalls = 100'000;
+  auto sync = [&] { stream_sync(stream); };  // nothing queued: returns at once
+
+  // Probes loaded (futex tracepoint attached), this process untracked; library not attached.
+  const double wait_untracked = best_ns_per_call(kFutexCalls, futex_wait);
+  const double wake_untracked = best_ns_per_call(kFutexCalls, futex_wake);
+  const double other_loaded = best_ns_per_call(kFutexCalls, other_syscall);
+  const double sync_unprobed_loaded = best_ns_per_call(kSyncCalls, sync);
+  ASSERT_TRUE(probes_->track(static_cast<std::uint32_t>(getpid())).ok());
+  const double wait_tracked = best_ns_per_call(kFutexCalls, futex_wait);
+  std::uint64_t t0 = monotonic_ns();
+  auto attached = probes_->attach_library(fake_libcuda());
+  const std::uint64_t attach_ns = monotonic_ns() - t0;
+  ASSERT_TRUE(attached.ok()) << attached.error().message();
+  const double sync_probed = best_ns_per_call(kSyncCalls, sync);
+  t0 = monotonic_ns();
+  auto s = probes_->read(static_cast<std::uint32_t>(getpid()), t0);
+  for (int i = 0; i < 999; ++i) s = probes_->read(static_cast<std::uint32_t>(getpid()), t0);
+  const double read_ns = static_cast<double>(monotonic_ns() - t0) / 1000;
+  ASSERT_TRUE(s.ok());
+
+  t0 = monotonic_ns();
+  probes_.reset();  // detach everything
+  const std::uint64_t close_ns = monotonic_ns() - t0;
+  const double wait_none = best_ns_per_call(kFutexCalls, futex_wait);
+  const double wake_none = best_ns_per_call(kFutexCalls, futex_wake);
+  const double other_none = best_ns_per_call(kFutexCalls, other_syscall);
+  const double sync_none = best_ns_per_call(kSyncCalls, sync);
+  t0 = monotonic_ns();
+  auto reopened = GpuSyncProbes::open();
+  const std::uint64_t open_ns = monotonic_ns() - t0;
+  ASSERT_TRUE(reopened.ok());
+  reopened.value().reset();
+
+  std::printf("futex(FUTEX_WAIT, EAGAIN): %.0f ns no probes, %.0f untracked, %.0f tracked\n",
+              wait_none, wait_untracked, wait_tracked);
+  std::printf("futex(FUTEX_WAKE, none):   %.0f ns no probes, %.0f with probes\n", wake_none,
+              wake_untracked);
+  std::printf("getppid():                 %.0f ns no probes, %.0f with probes\n", other_none,
+              other_loaded);
+  std::printf("cuStreamSynchronize (idle): %.0f ns unprobed, %.0f loaded/unattached, %.0f probed\n",
+              sync_none, sync_unprobed_loaded, sync_probed);
+  std::printf("read(pid): %.0f ns; open: %.1f ms; attach_library: %.1f ms; close: %.1f ms\n",
+              read_ns, static_cast<double>(open_ns) / 1e6, static_cast<double>(attach_ns) / 1e6,
+              static_cast<double>(close_ns) / 1e6);
+  ctx_destroy(ctx);
+  dlclose(lib);
+}
+
+}  // namespace
+}  // namespace zernel::collect
+
+#endif  // ZERNEL_HAVE_PROBES
