@@ -58,6 +58,17 @@ struct TelemetryConfig {
   bool operator==(const TelemetryConfig&) const = default;
 };
 
+// Optional power management (enforce/power.hpp): GPU clocks and power limits and the CPUs'
+// maximum frequency follow the dominant phase of the GPU tasks, and are restored on exit.
+struct PowerConfig {
+  bool enabled = false;     // off: nothing is read or changed
+  bool dry_run = false;     // log each change ("power: would set ...") without making it
+  bool manage_gpu = true;   // SM clock and power limit of every GPU, through NVML
+  bool manage_cpu = true;   // scaling_max_freq of every cpufreq policy
+
+  bool operator==(const PowerConfig&) const = default;
+};
+
 // Which processes belong to a tenant. A process matches when, for every non-empty list, it
 // matches at least one entry of that list (AND across lists, OR within one), so comm = ["python*"]
 // with uid = [1001] means "python processes of uid 1001". When several tenants match, the first
@@ -87,6 +98,7 @@ struct Config {
   policy::NumaOptions numa;
   MultiTenantConfig multi_tenant;
   TelemetryConfig telemetry;
+  PowerConfig power;
   std::vector<TenantConfig> tenants;  // in file order, ids unique, at most policy::kMaxTenants
 
   bool operator==(const Config&) const = default;

@@ -67,6 +67,14 @@ void telemetry(std::string& out, const TelemetryConfig& t) {
   out += fmt::format("push_interval_ms = {}\n", t.push_interval_ms);
 }
 
+void power(std::string& out, const PowerConfig& p) {
+  out += "\n[power]\n";
+  out += fmt::format("enabled = {}\n", flag(p.enabled));
+  out += fmt::format("dry_run = {}\n", flag(p.dry_run));
+  out += fmt::format("manage_gpu = {}\n", flag(p.manage_gpu));
+  out += fmt::format("manage_cpu = {}\n", flag(p.manage_cpu));
+}
+
 void tenant(std::string& out, const TenantConfig& t) {
   const auto strings = [](const std::vector<std::string>& v) {
     return array(v, [](const std::string& s) { return quote(s); });
@@ -109,6 +117,7 @@ std::string dump_config(const Config& config) {
   numa(out, config.numa);
   multi_tenant(out, config.multi_tenant);
   telemetry(out, config.telemetry);
+  power(out, config.power);
   if (config.tenants.empty()) out += kNoTenantsComment;
   for (const TenantConfig& t : config.tenants) tenant(out, t);
   return out;

@@ -329,17 +329,19 @@ class Parser {
     section(root, "numa", numa_keys());
     section(root, "multi_tenant", multi_tenant_keys());
     section(root, "telemetry", telemetry_keys());
+    const bool power_ok = section(root, "power", power_keys());
     tenants(root);
     if (general_ok) check_intervals(root);
     if (phase_ok) check_gpu_thresholds(root);
     check_tenants_enabled(root);
+    if (power_ok) check_power(root);
     if (diag_.error_count() > 0) return Error(EINVAL, diag_.error_text());
     return LoadedConfig{config_, diag_.warning_lines(), std::nullopt};
   }
 
  private:
-  static constexpr std::string_view kSections[] = {"general",      "phase_detection", "numa",
-                                                   "multi_tenant", "telemetry",       "tenants"};
+  static constexpr std::string_view kSections[] = {
+      "general", "phase_detection", "numa", "multi_tenant", "telemetry", "power", "tenants"};
 
   void check_top_level(const toml::table& root) {
     for (const auto& [key, node] : root) {
@@ -353,7 +355,7 @@ class Parser {
                      : fmt::format("unknown top-level key \"{}\" (keys belong in a section)", name);
       diag_.error({}, what, &node,
                   "valid sections: [general], [phase_detection], [numa], [multi_tenant], "
-                  "[telemetry], [[tenants]]" +
+                  "[telemetry], [power], [[tenants]]" +
                       suggestion(name, kSections));
     }
   }
@@ -585,6 +587,37 @@ class Parser {
     }
     config_.telemetry.metrics_address = value;
     return true;
+  }
+
+  // --- [power] -----------------------------------------------------------------------------
+
+  std::vector<KeyReader> power_keys() {
+    return {
+        {"enabled",
+         [this](const toml::node& v, const std::string& w) {
+           return values_.boolean(v, w, config_.power.enabled);
+         }},
+        {"dry_run",
+         [this](const toml::node& v, const std::string& w) {
+           return values_.boolean(v, w, config_.power.dry_run);
+         }},
+        {"manage_gpu",
+         [this](const toml::node& v, const std::string& w) {
+           return values_.boolean(v, w, config_.power.manage_gpu);
+         }},
+        {"manage_cpu",
+         [this](const toml::node& v, const std::string& w) {
+           return values_.boolean(v, w, config_.power.manage_cpu);
+         }},
+    };
+  }
+
+  // Settings that do nothing deserve a word: power management on with nothing to manage.
+  void check_power(const toml::table& root) {
+    const PowerConfig& p = config_.power;
+    if (!p.enabled || p.manage_gpu || p.manage_cpu) return;
+    diag_.warn("[power]", "enabled, but manage_gpu and manage_cpu are both false: nothing is managed",
+               first_of(root, {"power.enabled"}));
   }
 
   // --- [[tenants]] -------------------------------------------------------------------------

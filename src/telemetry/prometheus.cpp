@@ -73,6 +73,31 @@ std::string render_prometheus(const Snapshot& s) {
   header(out, "zernel_scheduler_backend_info", "gauge", "The enforcement backend in use.");
   fmt::format_to(it, "zernel_scheduler_backend_info{{backend=\"{}\"}} 1\n",
                  escape_label_value(s.backend));
+
+  header(out, "zernel_scheduler_last_decision_latency_seconds", "gauge",
+         "Time the last tick took from its start to its decisions handed to the backend.");
+  fmt::format_to(it, "zernel_scheduler_last_decision_latency_seconds {}\n",
+                 static_cast<double>(s.last_decision_latency_ns) / 1e9);
+  header(out, "zernel_scheduler_decision_latency_seconds", "histogram",
+         "Time each tick took from its start to its decisions handed to the backend.");
+  std::uint64_t cumulative = 0;
+  const LatencyHistogram& h = s.decision_latency;
+  for (std::size_t i = 0; i < LatencyHistogram::kBoundsSeconds.size(); ++i) {
+    cumulative += h.buckets[i];
+    fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_bucket{{le=\"{}\"}} {}\n",
+                   LatencyHistogram::kBoundsSeconds[i], cumulative);
+  }
+  fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_bucket{{le=\"+Inf\"}} {}\n",
+                 h.count);
+  fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_sum {}\n", h.sum_seconds);
+  fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_count {}\n", h.count);
+
+  header(out, "zernel_scheduler_collector_errors_total", "counter",
+         "Errors of each collector (and of the backend and power management) since start.");
+  for (const CollectorErrors& e : s.collector_errors) {
+    fmt::format_to(it, "zernel_scheduler_collector_errors_total{{collector=\"{}\"}} {}\n",
+                   escape_label_value(e.collector), e.errors);
+  }
   return out;
 }
 

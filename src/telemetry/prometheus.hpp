@@ -6,7 +6,9 @@
 //   zernel_scheduler_phase_transitions_total              counter
 //   zernel_scheduler_phase_tasks{phase=...}               gauge
 //   zernel_scheduler_phase_time_pct{phase=...}            gauge, percent of accounted time
-// and adds per-tenant series (cpu weight, task count) and the backend in use.
+// and adds per-tenant series (cpu weight, task count), the backend in use, the decision latency
+// (zernel_scheduler_last_decision_latency_seconds gauge, zernel_scheduler_decision_latency_seconds
+// histogram) and zernel_scheduler_collector_errors_total{collector=...}.
 
 #include <string>
 #include <string_view>

@@ -33,6 +33,34 @@ struct TenantView {
   std::size_t tasks = 0;
 };
 
+// Decision latency: how long a tick took from its start to its decisions handed to the backend,
+// as a Prometheus histogram (fixed bounds, 50 us .. 1 s).
+struct LatencyHistogram {
+  static constexpr std::array<double, 12> kBoundsSeconds = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.25, 1.0};
+  std::array<std::uint64_t, kBoundsSeconds.size()> buckets{};  // per bound, not cumulative
+  std::uint64_t count = 0;                                     // all observations (+Inf)
+  double sum_seconds = 0.0;
+
+  void observe(std::uint64_t ns) {
+    const double s = static_cast<double>(ns) / 1e9;
+    for (std::size_t i = 0; i < kBoundsSeconds.size(); ++i) {
+      if (s <= kBoundsSeconds[i]) {
+        ++buckets[i];
+        break;
+      }
+    }
+    ++count;
+    sum_seconds += s;
+  }
+  bool operator==(const LatencyHistogram&) const = default;
+};
+
+struct CollectorErrors {
+  std::string collector;  // "nvml", "discovery", "signals", "cpu_load", "backend", "power"
+  std::uint64_t errors = 0;
+};
+
 struct Snapshot {
   std::string backend = "observe";
   std::uint64_t taken_at_ns = 0;
@@ -44,6 +72,11 @@ struct Snapshot {
   std::array<std::uint64_t, policy::kPhaseCount> phase_time_ns{};  // summed over tasks, to now
   std::vector<TenantView> tenants;
   std::vector<TaskView> tasks;  // only when asked for
+  // Filled by the daemon (empty or zero in take_snapshot): the last tick's decision latency,
+  // all ticks' latencies, and the errors of each collector since start.
+  std::uint64_t last_decision_latency_ns = 0;
+  LatencyHistogram decision_latency;
+  std::vector<CollectorErrors> collector_errors;
 };
 
 // Reads the engine at `now_ns`. With include_tasks, one TaskView per tracked task.

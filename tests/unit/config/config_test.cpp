@@ -341,7 +341,7 @@ TEST(Config, unknown_section_is_an_error_listing_the_valid_sections) {
   EXPECT_TRUE(contains(msg, "config.toml: unknown section [genral] (line 1)"));
   EXPECT_TRUE(contains(msg,
                        "valid sections: [general], [phase_detection], [numa], "
-                       "[multi_tenant], [telemetry], [[tenants]]"));
+                       "[multi_tenant], [telemetry], [power], [[tenants]]"));
   EXPECT_TRUE(contains(msg, "did you mean \"general\"?"));
 }
 
@@ -587,6 +587,59 @@ TEST(Config, every_error_is_reported_in_file_order) {
   EXPECT_LT(port, interval);
   EXPECT_LT(interval, level);
   EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 2);
+}
+
+}  // namespace
+}  // namespace zernel::config
+
+namespace zernel::config {
+namespace {
+
+// --- [power] -----------------------------------------------------------------------------------
+
+TEST(Config, power_is_off_by_default_and_reads_every_key) {
+  auto defaults = parse_config("", "config.toml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->config.power, PowerConfig{});
+  EXPECT_FALSE(defaults->config.power.enabled);
+  EXPECT_FALSE(defaults->config.power.dry_run);
+  EXPECT_TRUE(defaults->config.power.manage_gpu);
+  EXPECT_TRUE(defaults->config.power.manage_cpu);
+
+  auto loaded = parse_config(
+      "[power]\nenabled = true\ndry_run = true\nmanage_gpu = false\nmanage_cpu = true\n",
+      "config.toml");
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message();
+  EXPECT_TRUE(loaded->config.power.enabled);
+  EXPECT_TRUE(loaded->config.power.dry_run);
+  EXPECT_FALSE(loaded->config.power.manage_gpu);
+  EXPECT_TRUE(loaded->config.power.manage_cpu);
+  EXPECT_TRUE(loaded->warnings.empty());
+}
+
+TEST(Config, power_rejects_wrong_types_and_unknown_keys) {
+  auto wrong = parse_config("[power]\nenabled = 1\n", "config.toml");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message().find(
+                "config.toml: [power] enabled: expected a boolean (true or false), got an integer"),
+            std::string::npos)
+      << wrong.error().message();
+  auto unknown = parse_config("[power]\ndryrun = true\n", "config.toml");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("[power] dryrun: unknown key"), std::string::npos);
+  EXPECT_NE(unknown.error().message().find("did you mean \"dry_run\"?"), std::string::npos)
+      << unknown.error().message();
+}
+
+TEST(Config, power_enabled_with_nothing_to_manage_is_a_warning) {
+  auto loaded = parse_config(
+      "[power]\nenabled = true\nmanage_gpu = false\nmanage_cpu = false\n", "config.toml");
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->warnings.size(), 1U);
+  EXPECT_NE(loaded->warnings[0].find("[power]: enabled, but manage_gpu and manage_cpu are both "
+                                     "false: nothing is managed"),
+            std::string::npos)
+      << loaded->warnings[0];
 }
 
 }  // namespace

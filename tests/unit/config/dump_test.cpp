@@ -56,6 +56,10 @@ TEST(Config, dump_writes_every_key_of_every_section) {
                           "metrics_port = 9093",
                           "metrics_address = \"127.0.0.1\"",
                           "push_interval_ms = 1000",
+                          "[power]",
+                          "dry_run = false",
+                          "manage_gpu = true",
+                          "manage_cpu = true",
                           "[[tenants]]",
                           "id = \"a\"",
                           "gpus = 1",
@@ -81,6 +85,7 @@ TEST(Config, dump_round_trips_tenants_odd_floats_and_odd_strings) {
   c.multi_tenant.default_priority_class = PriorityClass::interactive;
   c.telemetry.metrics_address = "fe80::1";
   c.telemetry.metrics_port = 65535;
+  c.power = PowerConfig{true, true, false, true};
   TenantConfig a{{"team-a", 0, PriorityClass::background, 0.01F}, {}};
   a.match.comm = {"py\"thon*", "back\\slash", "tab\there", "日本語"};
   a.match.cmdline = {"*train.py --rank [0-9]*", std::string("ctl\x01\x7f", 5)};
@@ -153,6 +158,7 @@ class RandomConfig {
     c.telemetry.metrics_port = static_cast<std::uint16_t>(uniform<unsigned>(1, 65535));
     c.telemetry.metrics_address = pick({"127.0.0.1", "::1", "0.0.0.0", "10.1.2.3", "fe80::1"});
     c.telemetry.push_interval_ms = uniform<std::uint32_t>(1, 4'000'000'000U);
+    c.power = {coin(), coin(), coin(), coin()};
     const unsigned tenants = uniform<unsigned>(0, 6);
     for (unsigned i = 0; i < tenants; ++i) c.tenants.push_back(tenant(i));
     return c;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# deploy/: the example config passes check-config and is the defaults; its commented tenants are
+# valid once uncommented; the Kubernetes ConfigMap's config passes check-config; the manifest
+# parses; the systemd unit passes `systemd-analyze verify` (where systemd-analyze exists).
+set -uo pipefail
+BIN=${ZERNEL_BIN:-build/bin}
+SRC=${ZERNEL_SOURCE_DIR:-.}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failures=0
+passed=0
+pass() { passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { if eval "$2"; then pass; else fail "$1"; fi; }
+Z="$BIN/zernel-scheduler"
+D="$SRC/deploy"
+
+check "check-config deploy/scheduler.toml" "\"$Z\" check-config \"$D/scheduler.toml\" > $tmp/check.txt 2>&1"
+check "deploy/scheduler.toml gives no warnings" "! grep -q warning $tmp/check.txt"
+: > "$tmp/empty.toml"
+"$Z" --config "$tmp/empty.toml" --dump-config > "$tmp/defaults.toml" 2>/dev/null
+"$Z" --config "$D/scheduler.toml" --dump-config > "$tmp/example.toml" 2>/dev/null
+check "deploy/scheduler.toml is the defaults" "cmp -s $tmp/defaults.toml $tmp/example.toml"
+check "deploy/scheduler.toml has every key of --dump-config" \
+  "diff <(grep -E '^[a-z_]+ = ' $tmp/defaults.toml) <(grep -E '^[a-z_]+ = ' \"$D/scheduler.toml\") > /dev/null"
+sed -E 's/^# (\[\[tenants\]\]|id =|gpus =|class =|\[tenants\.match\]|cgroup =|comm =|uid =)/\1/' \
+  "$D/scheduler.toml" | sed '/^\[multi_tenant\]/,/^$/ s/^enabled = false/enabled = true/' > "$tmp/tenants.toml"
+check "the commented tenants are valid uncommented" \
+  "\"$Z\" check-config $tmp/tenants.toml 2>&1 | grep -q 'OK (2 tenants'"
+
+if python3 -c 'import yaml' 2>/dev/null; then
+  python3 - "$D/kubernetes/daemonset.yaml" "$tmp/cm.toml" <<'PY' && pass || fail "daemonset.yaml: Namespace, ConfigMap, DaemonSet as required"
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+kinds = [d["kind"] for d in docs]
+assert kinds == ["Namespace", "ConfigMap", "DaemonSet"], kinds
+open(sys.argv[2], "w").write(docs[1]["data"]["scheduler.toml"])
+ds = docs[2]["spec"]["template"]
+spec = ds["spec"]
+assert spec["hostPID"] is True
+assert spec["nodeSelector"] and spec["tolerations"]
+c = spec["containers"][0]
+assert c["securityContext"]["privileged"] is True
+assert c["livenessProbe"]["httpGet"]["path"] == "/metrics"
+assert ds["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+mounts = {m["mountPath"] for m in c["volumeMounts"]}
+assert {"/sys", "/run/zernel", "/etc/zernel"} <= mounts, mounts
+assert c["command"][-2:] == ["--config", "/etc/zernel/scheduler.toml"]
+PY
+  check "the ConfigMap's config passes check-config" "\"$Z\" check-config $tmp/cm.toml > /dev/null 2>&1"
+else
+  echo "SKIP: python3-yaml is not installed"
+fi
+
+unit="$D/zernel-scheduler.service"
+check "unit: Type=simple" "grep -qx 'Type=simple' $unit"
+check "unit: ExecStart" "grep -qx 'ExecStart=/usr/local/bin/zernel-scheduler --config /etc/zernel/scheduler.toml' $unit"
+check "unit: Restart=on-failure" "grep -qx 'Restart=on-failure' $unit"
+check "unit: RuntimeDirectory=zernel" "grep -qx 'RuntimeDirectory=zernel' $unit"
+check "unit: bounded capabilities" "grep -q '^CapabilityBoundingSet=CAP_SYS_NICE CAP_SYS_ADMIN CAP_BPF CAP_PERFMON' $unit"
+if command -v systemd-analyze > /dev/null; then
+  sed "s#/usr/local/bin/zernel-scheduler#$(realpath "$Z")#g; s#/etc/zernel/scheduler.toml#$(realpath "$D/scheduler.toml")#g" \
+    "$unit" > "$tmp/zernel-scheduler.service"
+  check "systemd-analyze verify the unit" "systemd-analyze verify $tmp/zernel-scheduler.service > $tmp/verify.txt 2>&1 && ! grep -q . $tmp/verify.txt"
+else
+  echo "SKIP: systemd-analyze is not installed"
+fi
+
+echo "$passed passed, $failures failed"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,293 @@
+// PowerManager against the emulated GPU (the fake libnvidia-ml.so.1, a private shared-memory
+// segment per test) and a fake cpufreq tree in a temporary directory.
+
+#include "enforce/power.hpp"
+
+#include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#ifndef ZERNEL_FAKE_LIB_DIR
+#define ZERNEL_FAKE_LIB_DIR ""
+#endif
+
+namespace zernel::enforce {
+namespace {
+
+namespace fs = std::filesystem;
+using policy::Phase;
+using policy::PowerPlan;
+
+class EmulatedGpu {
+ public:
+  explicit EmulatedGpu(int devices) {
+    static std::atomic<int> counter{0};
+    std::random_device rd;
+    name_ = "/zernel-power-test-" + std::to_string(getpid()) + "-" +
+            std::to_string(counter++) + "-" + std::to_string(rd());
+    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
+    setenv("ZERNEL_FAKE_GPU_COUNT", std::to_string(devices).c_str(), 1);
+    setenv("ZERNEL_FAKE_GPU_UNRESTRICTED", "1", 1);
+  }
+  ~EmulatedGpu() {
+    shm_unlink(name_.c_str());
+    unsetenv("ZERNEL_FAKE_GPU_SHM");
+    unsetenv("ZERNEL_FAKE_GPU_COUNT");
+    unsetenv("ZERNEL_FAKE_GPU_UNRESTRICTED");
+  }
+  EmulatedGpu(const EmulatedGpu&) = delete;
+  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
+
+ private:
+  std::string name_;
+};
+
+// SYS/devices/system/cpu/cpufreq/policy{0,1}: 1.2 .. 3.6 GHz, policy1 capped at 3 GHz by the admin.
+class FakeSys {
+ public:
+  FakeSys() {
+    root_ = fs::temp_directory_path() /
+            ("zernel-power-sys-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    make("policy0", 3'600'000);
+    make("policy1", 3'000'000);
+    fs::create_directories(root_ / "devices/system/cpu/cpufreq/other");  // not a policy
+  }
+  ~FakeSys() { fs::remove_all(root_); }
+  FakeSys(const FakeSys&) = delete;
+  FakeSys& operator=(const FakeSys&) = delete;
+
+  [[nodiscard]] std::string root() const { return root_.string(); }
+  [[nodiscard]] std::string max(const std::string& policy) const {
+    std::ifstream in(root_ / "devices/system/cpu/cpufreq" / policy / "scaling_max_freq");
+    std::string v;
+    in >> v;
+    return v;
+  }
+
+ private:
+  void make(const std::string& name, int scaling_max) {
+    const fs::path d = root_ / "devices/system/cpu/cpufreq" / name;
+    fs::create_directories(d);
+    std::ofstream(d / "cpuinfo_min_freq") << 1'200'000 << "\n";
+    std::ofstream(d / "cpuinfo_max_freq") << 3'600'000 << "\n";
+    std::ofstream(d / "scaling_max_freq") << scaling_max << "\n";
+  }
+  static inline std::atomic<int> counter_{0};
+  fs::path root_;
+};
+
+// Captures the log lines spdlog writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
+    sink_->set_pattern("%v");
+    previous_ = spdlog::default_logger();
+    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  LogCapture(const LogCapture&) = delete;
+  LogCapture& operator=(const LogCapture&) = delete;
+  [[nodiscard]] std::string text() const { return out_.str(); }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+#define REQUIRE_FAKE_GPU()                                                              \
+  do {                                                                                  \
+    if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no emulated GPU"; \
+  } while (0)
+
+std::unique_ptr<collect::Nvml> load_nvml() {
+  auto nvml = collect::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+  EXPECT_TRUE(nvml.ok()) << (nvml.ok() ? "" : nvml.error().message());
+  return nvml.ok() ? std::move(*nvml) : nullptr;
+}
+
+PowerPlan plan(std::vector<Phase> gpus, Phase cpu) { return PowerPlan{std::move(gpus), cpu}; }
+
+TEST(Power, sets_every_gpu_by_its_phase_and_the_cpus_then_restores_the_originals) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(3);
+  FakeSys sys;
+  // GPU 2 starts with an administrator's 600 W limit (set by another process that exits
+  // without restoring): it is restored to 600 W, not to the default.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto admin = collect::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+    _exit(admin.ok() && (*admin)->set_power_limit(2, 600'000).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto nvml = load_nvml();
+  ASSERT_NE(nvml, nullptr);
+  ASSERT_EQ(nvml->power_limits(2)->current_mw, 600'000U);
+  LogCapture log;
+  {
+    PowerManager pm({false, true, true, sys.root()}, nvml.get());
+    EXPECT_EQ(pm.gpu_count(), 3U);
+    EXPECT_EQ(pm.cpu_policy_count(), 2U);
+
+    pm.apply(plan({Phase::data_loading, Phase::nccl_collective, Phase::gpu_compute},
+                  Phase::gpu_compute));
+    auto c0 = nvml->clocks(0);
+    auto c1 = nvml->clocks(1);
+    auto c2 = nvml->clocks(2);
+    ASSERT_TRUE(c0.ok() && c1.ok() && c2.ok());
+    EXPECT_EQ(c0->sm_application, 660U);  // 1980 / 3
+    EXPECT_EQ(c1->sm_application, 990U);  // 1980 / 2
+    EXPECT_EQ(c2->sm_application, 1980U);
+    EXPECT_EQ(nvml->power_limits(0)->current_mw, 546'000U);  // 78 % of 700 W
+    EXPECT_EQ(nvml->power_limits(1)->current_mw, 595'000U);  // 85 %
+    EXPECT_EQ(sys.max("policy0"), "1200000");
+    EXPECT_EQ(sys.max("policy1"), "1200000");
+    EXPECT_TRUE(contains(log.text(), "power: set GPU 0 SM clock 1980 -> 660 MHz"));
+    EXPECT_TRUE(contains(log.text(), "power: set GPU 1 power limit 700 -> 595 W"));
+    EXPECT_TRUE(contains(log.text(), "power: set CPU max frequency (policy1) 3000000 -> 1200000 kHz"));
+    EXPECT_FALSE(contains(log.text(), "GPU 2 SM clock"));
+
+    // Only changes are applied: the same plan again logs nothing.
+    const std::string before = log.text();
+    pm.apply(plan({Phase::data_loading, Phase::nccl_collective, Phase::gpu_compute},
+                  Phase::gpu_compute));
+    EXPECT_EQ(log.text(), before);
+
+    // GPU 0 goes to compute (back to the original), GPU 1 to data loading; CPUs full = original.
+    pm.apply(plan({Phase::gpu_compute, Phase::data_loading, Phase::optimizer_step},
+                  Phase::data_loading));
+    EXPECT_EQ(nvml->clocks(0)->sm_application, 1980U);
+    EXPECT_EQ(nvml->power_limits(0)->current_mw, 700'000U);
+    EXPECT_EQ(nvml->clocks(1)->sm_application, 660U);
+    EXPECT_EQ(nvml->power_limits(1)->current_mw, 546'000U);
+    EXPECT_EQ(sys.max("policy0"), "3600000");
+    EXPECT_EQ(sys.max("policy1"), "3000000");  // the admin's cap, not cpuinfo_max_freq
+
+    pm.apply(plan({Phase::nccl_collective, Phase::data_loading, Phase::data_loading},
+                  Phase::nccl_collective));
+    EXPECT_EQ(nvml->power_limits(2)->current_mw, 546'000U);
+    EXPECT_EQ(pm.errors(), 0U);
+    ASSERT_TRUE(pm.restore().ok());
+    ASSERT_TRUE(pm.restore().ok());  // idempotent
+    for (std::uint32_t d = 0; d < 2; ++d) {
+      EXPECT_EQ(nvml->clocks(d)->sm_application, 1980U) << d;
+      EXPECT_EQ(nvml->power_limits(d)->current_mw, 700'000U) << d;
+    }
+    EXPECT_EQ(nvml->power_limits(2)->current_mw, 600'000U);
+    EXPECT_EQ(sys.max("policy0"), "3600000");
+    EXPECT_EQ(sys.max("policy1"), "3000000");
+
+    // The destructor restores what a later apply changed.
+    pm.apply(plan({Phase::data_loading}, Phase::gpu_compute));
+    EXPECT_EQ(nvml->clocks(0)->sm_application, 660U);
+    EXPECT_EQ(sys.max("policy0"), "1200000");
+  }
+  EXPECT_EQ(nvml->clocks(0)->sm_application, 1980U);
+  EXPECT_EQ(nvml->power_limits(0)->current_mw, 700'000U);
+  EXPECT_EQ(sys.max("policy0"), "3600000");
+  EXPECT_EQ(sys.max("policy1"), "3000000");
+}
+
+TEST(Power, dry_run_logs_every_change_and_makes_none) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(2);
+  FakeSys sys;
+  auto nvml = load_nvml();
+  ASSERT_NE(nvml, nullptr);
+  LogCapture log;
+  PowerManager pm({true, true, true, sys.root()}, nvml.get());
+  pm.apply(plan({Phase::gpu_compute, Phase::data_loading}, Phase::gpu_compute));
+  const std::string text = log.text();
+  EXPECT_TRUE(contains(text, "power: would set GPU 1 SM clock 1980 -> 660 MHz")) << text;
+  EXPECT_TRUE(contains(text, "power: would set GPU 1 power limit 700 -> 546 W")) << text;
+  EXPECT_TRUE(contains(text, "power: would set CPU max frequency (policy0) 3600000 -> 1200000 kHz"))
+      << text;
+  EXPECT_FALSE(contains(text, "GPU 0 SM clock"));
+  EXPECT_EQ(nvml->clocks(1)->sm_application, 1980U);
+  EXPECT_EQ(nvml->power_limits(1)->current_mw, 700'000U);
+  EXPECT_FALSE(nvml->original_settings(1).changed());
+  EXPECT_EQ(sys.max("policy0"), "3600000");
+  pm.apply(plan({Phase::gpu_compute, Phase::gpu_compute}, Phase::data_loading));
+  EXPECT_TRUE(contains(log.text(), "power: would set GPU 1 SM clock 660 -> 1980 MHz"));
+  EXPECT_TRUE(contains(log.text(), "power: would set CPU max frequency (policy1) 1200000 -> 3000000 kHz"));
+  EXPECT_TRUE(pm.restore().ok());
+}
+
+TEST(Power, clamps_the_power_limit_to_the_device_minimum) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(1);
+  auto nvml = load_nvml();
+  ASSERT_NE(nvml, nullptr);
+  // The emulated device's limits are fixed (200..700 W), so 78 % of the default always fits;
+  // this checks that the limit set stays within them (the clamp itself is plain arithmetic).
+  PowerManager pm({false, true, false, "/nonexistent"}, nvml.get());
+  pm.apply(plan({Phase::data_loading}, Phase::unknown));
+  const auto limits = nvml->power_limits(0);
+  ASSERT_TRUE(limits.ok());
+  EXPECT_GE(limits->current_mw, limits->min_mw);
+  EXPECT_LE(limits->current_mw, limits->max_mw);
+  EXPECT_EQ(pm.cpu_policy_count(), 0U);
+}
+
+TEST(Power, a_failing_setter_is_counted_and_the_rest_goes_on) {
+  REQUIRE_FAKE_GPU();
+  if (geteuid() == 0) GTEST_SKIP() << "root may set anything";
+  EmulatedGpu gpu(1);
+  unsetenv("ZERNEL_FAKE_GPU_UNRESTRICTED");
+  FakeSys sys;
+  auto nvml = load_nvml();
+  ASSERT_NE(nvml, nullptr);
+  PowerManager pm({false, true, true, sys.root()}, nvml.get());
+  pm.apply(plan({Phase::data_loading}, Phase::gpu_compute));
+  EXPECT_GE(pm.errors(), 1U);
+  EXPECT_EQ(sys.max("policy0"), "1200000");
+}
+
+TEST(Power, cpu_writes_that_fail_are_counted_and_restore_reports_them) {
+  FakeSys sys;
+  PowerManager pm({false, false, true, sys.root()}, nullptr);
+  ASSERT_EQ(pm.cpu_policy_count(), 2U);
+  // Replace policy0's file by a directory: writing it fails.
+  const fs::path f = fs::path(sys.root()) / "devices/system/cpu/cpufreq/policy0/scaling_max_freq";
+  fs::remove(f);
+  fs::create_directory(f);
+  pm.apply(plan({}, Phase::gpu_compute));
+  EXPECT_EQ(pm.errors(), 1U);
+  EXPECT_EQ(sys.max("policy1"), "1200000");
+  EXPECT_TRUE(pm.restore().ok());  // policy0 was never changed; policy1 is put back
+  EXPECT_EQ(sys.max("policy1"), "3000000");
+}
+
+TEST(Power, make_power_manager_is_null_when_disabled) {
+  config::PowerConfig cfg;
+  EXPECT_EQ(make_power_manager(cfg, nullptr, "/nonexistent"), nullptr);
+  cfg.enabled = true;
+  cfg.manage_gpu = false;
+  FakeSys sys;
+  auto pm = make_power_manager(cfg, nullptr, sys.root());
+  ASSERT_NE(pm, nullptr);
+  EXPECT_EQ(pm->cpu_policy_count(), 2U);
+  apply_power(nullptr, policy::Engine(policy::EngineOptions{}, policy::Topology::single_node(1)));
+}
+
+}  // namespace
+}  // namespace zernel::enforce
