@@ -9,7 +9,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/commands.hpp"
 #include "cli/demo.hpp"
+#include "cli/info_cmd.hpp"
 #include "collect/topology_reader.hpp"
 #include "common/log.hpp"
 #include "common/version.hpp"
@@ -28,6 +30,7 @@ struct Args {
   std::string phase_log;
   bool emulated_gpu = false;
   std::optional<std::string> check_path;
+  std::optional<std::string> control_socket;
 };
 
 void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
@@ -95,6 +98,11 @@ int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
   opts.backend = args.backend;
   opts.phase_log_path = args.phase_log;
   if (args.emulated_gpu) opts.nvml_library = emulated_nvml_path();
+  const config::ConfigPath where = config::resolve_config_path(args.config_path);
+  opts.config_path = where.path;  // re-read on SIGHUP
+  opts.config_missing_ok = !where.is_explicit();
+  opts.control_socket = daemon::resolve_control_socket(args.control_socket);
+  opts.control_socket_required = opts.control_socket != daemon::kDefaultControlSocket;
   auto stop = daemon::StopSignals::install();
   if (!stop) {
     print_error(stop.error().message());
@@ -105,7 +113,7 @@ int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
     print_error(d.error().message());
     return kExitError;
   }
-  auto r = (*d)->run(stop->fd());
+  auto r = (*d)->run(stop->fd(), stop->reload_fd());
   if (!r) {
     print_error(r.error().message());
     return kExitError;
@@ -143,6 +151,21 @@ int run(int argc, char** argv) {
   check->add_option("path", args.check_path,
                     "File to check (default: --config, $ZERNEL_SCHEDULER_CONFIG, "
                     "/etc/zernel/scheduler.toml)");
+  bool info_json = false;
+  CLI::App* info = app.add_subcommand(
+      "info", "Show what this machine offers the scheduler: kernel, sched_ext, BTF, cgroups, "
+              "NVML and GPUs, NUMA, delay accounting");
+  info->add_flag("--json", info_json, "Print one JSON object");
+  info->add_flag("--emulated-gpu", args.emulated_gpu, "Ask the emulated GPU's NVML");
+  app.add_option("--control-socket", args.control_socket,
+                 "Control socket for tenant/status/top (default: $ZERNEL_SCHEDULER_SOCKET, else "
+                 "/run/zernel/scheduler.sock; an empty value disables it)");
+  TenantCmd tenant_cmd;
+  add_tenant_command(app, tenant_cmd);
+  StatusCmd status_cmd;
+  add_status_command(app, status_cmd);
+  TopCmd top_cmd;
+  add_top_command(app, top_cmd);
   app.require_subcommand(0, 1);
 
   try {
@@ -156,10 +179,14 @@ int run(int argc, char** argv) {
     return kExitUsage;
   }
 
+  if (info->parsed()) return run_info(args.emulated_gpu, info_json);
   if (check->parsed()) {
     if (!args.check_path) args.check_path = args.config_path;
     return check_config(args);
   }
+  if (tenant_cmd.cmd->parsed()) return run_tenant_command(tenant_cmd);
+  if (status_cmd.cmd->parsed()) return run_status_command(status_cmd);
+  if (top_cmd.cmd->parsed()) return run_top_command(top_cmd);
 
   auto loaded = config::load_config(args.config_path);
   if (!loaded) {

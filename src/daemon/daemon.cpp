@@ -1,12 +1,25 @@
 #include "daemon/daemon.hpp"
 
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
 #include "collect/topology_reader.hpp"
+#include "collect/wait_state.hpp"
+#ifdef ZERNEL_HAVE_PROBES
+#include "collect/probes/cuda_library.hpp"
+#endif
+#include "common/log.hpp"
+#include "daemon/signals.hpp"
 #include "daemon/ticker.hpp"
 #include "telemetry/snapshot.hpp"
+#include "telemetry/status_json.hpp"
 
 namespace zernel::daemon {
 
@@ -57,6 +70,23 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   } else {
     spdlog::warn("{}", nvml.error().message());
   }
+  d->power_ = enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root);
+
+#ifdef ZERNEL_HAVE_PROBES
+  collect::GpuSyncProbes::Options popts;
+  popts.proc_root = d->opts_.proc_root;
+  if (auto probes = collect::GpuSyncProbes::open(popts)) {
+    d->probes_ = std::move(*probes);
+    if (!d->probes_->has_futex()) {
+      spdlog::warn("futex waits are not counted: {}", d->probes_->futex_error()->message());
+    }
+  } else {
+    spdlog::warn("GPU synchronisation probes are off (no CPU bursts or GPU sync times): {}",
+                 probes.error().message());
+  }
+#else
+  spdlog::warn("GPU synchronisation probes are not in this build (configured without BPF)");
+#endif
 
   auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root);
   collect::SignalsOptions sig;
@@ -81,14 +111,28 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
     spdlog::info("serving /metrics and /status on http://{}:{}", cfg.telemetry.metrics_address,
                  d->http_->port());
   }
+  if (!d->opts_.control_socket.empty()) {
+    auto control = ControlServer::listen(d->opts_.control_socket);
+    if (control) {
+      d->control_ = std::move(*control);
+      spdlog::info("control socket: {} (root only)", d->control_->path());
+    } else if (d->opts_.control_socket_required) {
+      return control.error();
+    } else {
+      spdlog::error("{}; running without a control socket (tenant/status/top will not reach "
+                    "this daemon; use --control-socket PATH)",
+                    control.error().message());
+    }
+  }
   return d;
 }
 
 std::uint16_t Daemon::http_port() const { return http_ ? http_->port() : 0; }
 
-Result<void> Daemon::run(int stop_fd) {
+Result<void> Daemon::run(int stop_fd, int reload_fd) {
   const config::GeneralConfig& g = opts_.config.general;
   const std::uint64_t period = std::uint64_t{g.phase_eval_interval_ms} * 1'000'000;
+  tick_ns_ = period;
   // Config validation guarantees gpu_poll_interval_ms >= phase_eval_interval_ms > 0.
   const std::uint64_t poll_every =
       std::max<std::uint64_t>(1, g.gpu_poll_interval_ms / g.phase_eval_interval_ms);
@@ -98,13 +142,47 @@ Result<void> Daemon::run(int stop_fd) {
   const std::uint64_t start = monotonic_now_ns();
   poll_processes(start);
   Ticker ticker(period, start);
+  // The ticker waits on one fd: the stop fd alone, or an epoll set of the stop fd, the reload
+  // fd and the control socket's fd. When the set wakes it early without a stop, the control
+  // requests and SIGHUP are served here, then the wait for the same deadline resumes.
+  int wake_fd = stop_fd;
+  int epoll_fd = -1;
+  if (reload_fd >= 0 || control_) {
+    epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd < 0) return errno_error("epoll_create1");
+    for (int fd : {stop_fd, reload_fd, control_ ? control_->fd() : -1}) {
+      if (fd < 0) continue;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = fd;
+      if (::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        const int err = errno;
+        ::close(epoll_fd);
+        return errno_error("epoll_ctl", err);
+      }
+    }
+    wake_fd = epoll_fd;
+  }
+  auto stop_requested = [stop_fd] {
+    if (stop_fd < 0) return false;
+    pollfd p{stop_fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  };
   std::uint64_t n = 0;
-  while (ticker.wait(stop_fd)) {
+  for (;;) {
+    if (!ticker.wait(wake_fd)) {
+      if (wake_fd == stop_fd || stop_requested()) break;
+      service_wakeup(stop_fd, reload_fd);
+      continue;
+    }
     const std::uint64_t now = ticker.deadline_ns();
     const std::uint64_t t0 = monotonic_now_ns();
     if (++n % poll_every == 0) poll_processes(now);
     sample_signals(now);
     decide(now);
+    last_decision_ns_ = monotonic_now_ns() - t0;
+    decision_latency_.observe(last_decision_ns_);
+    if (n % poll_every == 0) enforce::apply_power(power_.get(), engine_);
     if (n % publish_every == 0) publish(now);
     const std::uint64_t spent = monotonic_now_ns() - t0;
     stats_.ticks = ticker.ticks();
@@ -112,6 +190,7 @@ Result<void> Daemon::run(int stop_fd) {
     stats_.max_tick_ns = std::max(stats_.max_tick_ns, spent);
     stats_.total_tick_ns += spent;
   }
+  if (epoll_fd >= 0) ::close(epoll_fd);
   spdlog::info("stopping after {} ticks ({} skipped), {} decisions", stats_.ticks,
                stats_.skipped_ticks, engine_.decisions_made());
   shutdown();
@@ -125,9 +204,8 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
     if (auto procs = nvml_->compute_processes()) {
       nvml_procs_ = std::move(*procs);
     } else {
-      ++stats_.collector_errors;
+      count_error("nvml");
     }
-    refresh_gpu_utilization();
   }
   collect::DiscoveryInput in;
   in.nvml_processes = nvml_ ? &nvml_procs_ : nullptr;
@@ -135,7 +213,7 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
   in.max_tracked_tasks = opts_.config.general.max_tracked_tasks;
   auto scan = discovery_.scan(in);
   if (!scan) {
-    ++stats_.collector_errors;
+    count_error("discovery");
     if (!warned_scan_) spdlog::error("process discovery: {}", scan.error().message());
     warned_scan_ = true;
     return;
@@ -153,13 +231,27 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
     }
     if (p.change == collect::ProcessChange::replaced) drop(p.pid);
     if (auto r = engine_.register_task(p.pid, p.is_ml, p.gpu, now_ns); !r) {
-      ++stats_.collector_errors;
+      count_error("discovery");
       continue;
     }
     if (p.tenant && *p.tenant < opts_.config.tenants.size()) {
       (void)engine_.assign_pid(p.pid, opts_.config.tenants[*p.tenant].spec.id);
     }
     tracked_[p.pid] = Tracked{p.comm, p.gpu, p.role};
+    if (p.role == collect::ProcessRole::dataloader_worker) {
+      policy::TaskUpdate u;
+      u.dataloader_worker = true;
+      engine_.update_task(p.pid, u);
+    }
+  }
+  for (auto& [pid, t] : tracked_) {
+    if (t.role == collect::ProcessRole::gpu_owner && !t.probed) attach_probes(pid, t);
+  }
+  // GPU owners with DataLoader workers: their main thread is sampled for input waits.
+  for (auto& [pid, t] : tracked_) t.has_workers = false;
+  for (const collect::DiscoveredProcess& p : scan->processes) {
+    if (p.role != collect::ProcessRole::dataloader_worker) continue;
+    if (auto it = tracked_.find(p.ppid); it != tracked_.end()) it->second.has_workers = true;
   }
   if (scan->dropped > 0 && !warned_cap_) {
     spdlog::warn("{} processes qualify beyond max_tracked_tasks ({}): not tracked",
@@ -181,6 +273,9 @@ void Daemon::refresh_gpu_utilization() {
 }
 
 void Daemon::sample_signals(std::uint64_t now_ns) {
+  // Utilisation every tick, not every poll: NVML's per-process figure is "since the last call",
+  // and a 500 ms lag would miss the detector's commit window (stability + 1 ticks) of a phase.
+  if (nvml_) refresh_gpu_utilization();
   pids_.clear();
   for (const auto& [pid, t] : tracked_) pids_.push_back(pid);
   std::sort(pids_.begin(), pids_.end());
@@ -200,13 +295,47 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
       util = device_util_[*t.gpu];  // no per-process figures: the device's, for its owners
     }
     u.gpu_utilization = static_cast<std::uint8_t>(std::min<std::uint32_t>(util, 100));
+    if (t.role == collect::ProcessRole::dataloader_worker) {
+      // A worker wanting the CPU is producing, also while it waits for one: time on the CPU plus
+      // time runnable on a run queue (/proc/PID/schedstat), so contention does not hide it.
+      if (auto busy = worker_busy_fraction(s.pid, now_ns)) u.cpu_fraction = *busy;
+    } else if (s.cpu_time_ns) {
+      u.cpu_fraction = static_cast<float>(static_cast<double>(*s.cpu_time_ns) /
+                                          static_cast<double>(tick_ns_));
+    }
+    apply_probes(s.pid, t, now_ns, u);
+    if (t.role == collect::ProcessRole::gpu_owner) {
+      // collect/wait_state.hpp: what the main thread is blocked in now. On its workers' queue:
+      // waiting for data. In futex: a collective's wait; this beats the probes' per-process futex
+      // count, which every helper thread's lock adds to.
+      const collect::MainThreadWait w = collect::read_main_thread_wait(opts_.proc_root, s.pid);
+      if (t.has_workers && w == collect::MainThreadWait::input) u.io_wait_fraction = 1.0F;
+      if (w != collect::MainThreadWait::unknown) {
+        u.futex_wait_count = w == collect::MainThreadWait::futex ? 1U : 0U;
+      }
+    }
     engine_.update_task(s.pid, u);
   }
   if (auto loads = cpu_load_.sample()) {
     if (!loads->empty()) engine_.set_cpu_loads(*loads);
   } else {
-    ++stats_.collector_errors;
+    count_error("cpu_load");
   }
+}
+
+std::optional<float> Daemon::worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns) {
+  auto st = collect::read_schedstat(opts_.proc_root, pid);
+  Tracked& t = tracked_[pid];
+  if (!st) return std::nullopt;
+  const std::uint64_t busy = st->run_ns + st->wait_ns;
+  std::optional<float> out;
+  if (t.schedstat_at_ns != 0 && now_ns > t.schedstat_at_ns && busy >= t.schedstat_busy_ns) {
+    out = static_cast<float>(static_cast<double>(busy - t.schedstat_busy_ns) /
+                             static_cast<double>(now_ns - t.schedstat_at_ns));
+  }
+  t.schedstat_busy_ns = busy;
+  t.schedstat_at_ns = now_ns;
+  return out;
 }
 
 void Daemon::decide(std::uint64_t now_ns) {
@@ -215,7 +344,7 @@ void Daemon::decide(std::uint64_t now_ns) {
     if (d.phase_changed) phase_log_.write(now_ns, d.pid, d.phase);
   }
   if (auto r = backend_->apply(decisions_); !r) {
-    ++stats_.collector_errors;
+    count_error("backend");
     spdlog::error("{} backend: {}", backend_->name(), r.error().message());
   }
 }
@@ -226,10 +355,86 @@ void Daemon::publish(std::uint64_t now_ns) {
   for (telemetry::TaskView& v : s.tasks) {
     if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
   }
+  s.last_decision_latency_ns = last_decision_ns_;
+  s.decision_latency = decision_latency_;
+  for (const char* c : {"nvml", "discovery", "cpu_load", "backend", "probes"}) {
+    s.collector_errors.push_back({c, collector_errors_[c]});
+  }
+  if (power_) s.collector_errors.push_back({"power", power_->errors()});
   store_.publish(std::move(s));
 }
 
+void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
+#ifdef ZERNEL_HAVE_PROBES
+  if (!probes_) return;
+  auto n = probes_->attach_process_libraries(pid);
+  if (!n) {
+    count_error("probes");
+    spdlog::debug("probes: pid {}: {}", pid, n.error().message());
+    return;
+  }
+  if (*n == 0) {
+    // Nothing newly attached: either no libcuda mapped yet, or one attached for another process.
+    auto maps = collect::probes::read_libcuda_mappings(opts_.proc_root, pid);
+    if (!maps || maps->empty()) return;
+  }
+  t.probed = true;
+  if (probes_->has_futex()) (void)probes_->track(pid);
+#endif
+}
+
+// CPU burst and last GPU sync from the uprobes; the share of the tick spent blocked in a GPU
+// synchronisation as a floor for GPU utilisation (a process blocked in a sync is waiting for its
+// own GPU work, while NVML's per-process figure trails by up to a second on real drivers); futex
+// waits of the whole process.
+void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] const Tracked& t,
+                          [[maybe_unused]] std::uint64_t now_ns,
+                          [[maybe_unused]] policy::TaskUpdate& u) {
+#ifdef ZERNEL_HAVE_PROBES
+  if (!probes_ || !t.probed) return;
+  auto sample = probes_->read(pid, now_ns);
+  if (!sample) return;
+  const collect::ProbeSample& p = *sample;
+  // schedstat runtime moves in scheduler ticks, so a thread that returned from a sync less than
+  // a tick ago reads 0; it has run (it returned), so a returned, not-in-sync process has a burst
+  // of at least 1 ns. 0 stays reserved for "blocked in a sync now".
+  std::uint64_t burst = p.in_sync ? 0 : p.cpu_burst_ns;
+  if (!p.in_sync && p.last_sync_return_ns > 0 && burst == 0) burst = 1;
+  u.cpu_burst_duration_ns = burst;
+  if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
+  const std::uint64_t interval = p.interval_ns > 0 ? p.interval_ns : tick_ns_;
+  std::uint64_t blocked = p.sync_time_delta_ns;
+  if (p.in_sync && now_ns > p.in_sync_since_ns) {
+    blocked += std::min(now_ns - p.in_sync_since_ns, interval);
+  }
+  // Blocked in a long sync right now (kLongSyncNs and more): the process is waiting on a large
+  // piece of its own GPU work this instant. The short syncs between an optimizer's kernel
+  // launches stay far below that and count only by their share of the tick.
+  constexpr std::uint64_t kLongSyncNs = 20'000'000;
+  const bool long_sync = p.in_sync && now_ns > p.in_sync_since_ns &&
+                         now_ns - p.in_sync_since_ns >= kLongSyncNs;
+  const auto share = long_sync ? 100U
+                               : static_cast<std::uint32_t>(
+                                     std::min<std::uint64_t>(100, blocked * 100 / interval));
+  if (!u.gpu_utilization || *u.gpu_utilization < share) {
+    u.gpu_utilization = static_cast<std::uint8_t>(share);
+  }
+  if (probes_->has_futex()) {
+    u.futex_wait_count =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(p.futex_waits_delta, UINT32_MAX));
+  }
+#endif
+}
+
 void Daemon::drop(std::uint32_t pid) {
+#ifdef ZERNEL_HAVE_PROBES
+  if (probes_) {
+    if (auto it = tracked_.find(pid); it != tracked_.end() && it->second.probed) {
+      probes_->forget(pid);
+      (void)probes_->untrack(pid);
+    }
+  }
+#endif
   engine_.unregister_task(pid);
   backend_->forget(pid);
   tracked_.erase(pid);
@@ -243,10 +448,207 @@ void Daemon::shutdown() {
       spdlog::error("{} backend shutdown: {}", backend_->name(), r.error().message());
     }
   }
+  if (power_) {
+    if (auto r = power_->restore(); !r) spdlog::error("power: {}", r.error().message());
+  }
   if (delayacct_) {
     if (auto r = delayacct_->restore(); !r) spdlog::error("{}", r.error().message());
   }
   if (http_) http_->stop();
+  control_.reset();  // closes and removes the socket
+}
+
+// ---- run-time control (daemon/control.hpp) and SIGHUP ----
+
+void Daemon::service_wakeup(int /*stop_fd*/, int reload_fd) {
+  if (StopSignals::drain_reload(reload_fd)) {
+    spdlog::info("SIGHUP: reloading {}", opts_.config_path.empty() ? "(no file)" : opts_.config_path);
+    if (auto r = reload_config(); !r) {
+      spdlog::error("reload failed, keeping the running configuration: {}", r.error().message());
+    }
+  }
+  if (control_) {
+    control_->service([this](const ControlRequest& req) { return handle_control(req); },
+                      monotonic_now_ns());
+  }
+}
+
+nlohmann::json Daemon::tenant_list_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  const policy::TenantRegistry& reg = engine_.tenants();
+  for (std::uint16_t slot : reg.slots()) {
+    const policy::TenantSpec& t = reg.spec(slot);
+    list.push_back({{"id", t.id},
+                    {"gpus", t.gpus},
+                    {"class", policy::class_name(t.priority_class)},
+                    {"cpu_weight", t.cpu_weight ? nlohmann::json(*t.cpu_weight) : nlohmann::json()},
+                    {"weight", reg.weight(slot)},
+                    {"cgroup_weight", reg.cgroup_weight(slot)},
+                    {"tasks", engine_.tenant_task_count(slot)},
+                    {"source", runtime_tenants_.contains(t.id) ? "runtime" : "config"}});
+  }
+  return list;
+}
+
+nlohmann::json Daemon::handle_control(const ControlRequest& req) {
+  using nlohmann::json;
+  std::vector<config::TenantConfig>& tenants = opts_.config.tenants;
+  auto find_cfg = [&tenants](std::string_view id) {
+    return std::find_if(tenants.begin(), tenants.end(),
+                        [id](const config::TenantConfig& t) { return t.spec.id == id; });
+  };
+  switch (req.op) {
+    case ControlOp::tenant_add: {
+      const bool existed = engine_.tenants().find(req.tenant.id).has_value();
+      if (auto r = engine_.upsert_tenant(req.tenant); !r) return error_reply(r.error().message());
+      if (auto it = find_cfg(req.tenant.id); it != tenants.end()) {
+        it->spec = req.tenant;  // keeps its match rules
+      } else {
+        tenants.push_back(config::TenantConfig{req.tenant, {}});
+        runtime_tenants_.insert(req.tenant.id);
+      }
+      spdlog::info("control: tenant \"{}\" {} ({} GPUs, class {})", req.tenant.id,
+                   existed ? "replaced" : "added", req.tenant.gpus,
+                   policy::class_name(req.tenant.priority_class));
+      json out = ok_reply();
+      out["replaced"] = existed;
+      out["tenants"] = tenant_list_json();
+      return out;
+    }
+    case ControlOp::tenant_remove: {
+      if (!engine_.remove_tenant(req.tenant.id)) {
+        return error_reply("tenant \"" + req.tenant.id + "\" is not registered");
+      }
+      if (auto it = find_cfg(req.tenant.id); it != tenants.end()) tenants.erase(it);
+      runtime_tenants_.erase(req.tenant.id);
+      spdlog::info("control: tenant \"{}\" removed", req.tenant.id);
+      return ok_reply();
+    }
+    case ControlOp::tenant_list: {
+      json out = ok_reply();
+      out["tenants"] = tenant_list_json();
+      return out;
+    }
+    case ControlOp::tenant_assign: {
+      if (!engine_.tenants().find(req.assign_to)) {
+        return error_reply("tenant \"" + req.assign_to + "\" is not registered");
+      }
+      const std::string dir = opts_.proc_root + "/" + std::to_string(req.pid);
+      struct stat st {};
+      if (::stat(dir.c_str(), &st) != 0) {
+        return error_reply("no process with pid " + std::to_string(req.pid));
+      }
+      if (auto r = engine_.assign_pid(req.pid, req.assign_to); !r) {
+        return error_reply(r.error().message());
+      }
+      if (!tracked_.contains(req.pid)) {
+        // Now tracked by the engine: sample it each tick and drop it when it exits.
+        std::string comm;
+        std::ifstream(dir + "/comm") >> comm;
+        tracked_[req.pid] = Tracked{comm, std::nullopt, collect::ProcessRole::matched};
+      }
+      spdlog::info("control: pid {} assigned to tenant \"{}\"", req.pid, req.assign_to);
+      return ok_reply();
+    }
+    case ControlOp::status: {
+      const std::uint64_t now = monotonic_now_ns();
+      telemetry::Snapshot s = telemetry::take_snapshot(engine_, now, true);
+      s.backend = std::string(backend_->name());
+      for (telemetry::TaskView& v : s.tasks) {
+        if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
+      }
+      json out = ok_reply();
+      out["status"] = telemetry::status_json(s);
+      return out;
+    }
+  }
+  return error_reply("unknown op");
+}
+
+Result<void> Daemon::apply_tenants(std::vector<config::TenantConfig> next) {
+  if (next.size() > policy::kMaxTenants) {
+    return Error("more than " + std::to_string(policy::kMaxTenants) + " tenants");
+  }
+  // Remove first, so the registry never holds more than the final count; the specs were
+  // validated by the config parser, so the upserts cannot fail.
+  std::vector<std::string> gone;
+  for (std::uint16_t slot : engine_.tenants().slots()) {
+    const std::string& id = engine_.tenants().spec(slot).id;
+    if (std::none_of(next.begin(), next.end(),
+                     [&id](const config::TenantConfig& t) { return t.spec.id == id; })) {
+      gone.push_back(id);
+    }
+  }
+  for (const std::string& id : gone) engine_.remove_tenant(id);
+  for (const config::TenantConfig& t : next) {
+    if (auto r = engine_.upsert_tenant(t.spec); !r) return r.error();
+  }
+  opts_.config.tenants = std::move(next);
+  return Ok{};
+}
+
+Result<void> Daemon::reload_config() {
+  if (opts_.config_path.empty()) return Error("no configuration file to reload");
+  auto loaded = config::load_config_file(opts_.config_path, opts_.config_missing_ok);
+  if (!loaded) return loaded.error();
+  for (const std::string& w : loaded->warnings) spdlog::warn("{}", w);
+  const config::Config& next = loaded->config;
+  config::Config& cur = opts_.config;
+
+  // Tenants: the file's, plus those added with `tenant add` whose ids the file does not define.
+  std::vector<config::TenantConfig> tenants = next.tenants;
+  for (const config::TenantConfig& t : cur.tenants) {
+    if (!runtime_tenants_.contains(t.spec.id)) continue;
+    const bool in_file = std::any_of(next.tenants.begin(), next.tenants.end(),
+                                     [&t](const config::TenantConfig& n) {
+                                       return n.spec.id == t.spec.id;
+                                     });
+    if (!in_file) tenants.push_back(t);
+  }
+  if (tenants.size() > policy::kMaxTenants) {
+    return Error(opts_.config_path + ": with the tenants added at run time, more than " +
+                 std::to_string(policy::kMaxTenants) + " tenants");
+  }
+  const std::size_t before = cur.tenants.size();
+  if (auto r = apply_tenants(std::move(tenants)); !r) return r.error();
+  std::erase_if(runtime_tenants_, [&next](const std::string& id) {
+    return std::any_of(next.tenants.begin(), next.tenants.end(),
+                       [&id](const config::TenantConfig& n) { return n.spec.id == id; });
+  });
+  cur.multi_tenant.default_priority_class = next.multi_tenant.default_priority_class;
+
+  if (next.general.log_level != cur.general.log_level) {
+    if (auto level = log::parse_level(next.general.log_level)) spdlog::set_level(*level);
+    cur.general.log_level = next.general.log_level;
+  }
+
+  // Settings fixed when the engine, the loop and the HTTP server were built.
+  std::vector<std::string> restart;
+  if (next.general.phase_eval_interval_ms != cur.general.phase_eval_interval_ms) {
+    restart.emplace_back("[general] phase_eval_interval_ms");
+  }
+  if (next.general.gpu_poll_interval_ms != cur.general.gpu_poll_interval_ms) {
+    restart.emplace_back("[general] gpu_poll_interval_ms");
+  }
+  if (next.general.max_tracked_tasks != cur.general.max_tracked_tasks) {
+    restart.emplace_back("[general] max_tracked_tasks");
+  }
+  if (next.phase_detection != cur.phase_detection) restart.emplace_back("[phase_detection]");
+  if (next.numa != cur.numa) restart.emplace_back("[numa]");
+  if (next.multi_tenant.enabled != cur.multi_tenant.enabled) {
+    restart.emplace_back("[multi_tenant] enabled");
+  }
+  if (next.telemetry != cur.telemetry) restart.emplace_back("[telemetry]");
+  spdlog::info("reloaded {}: {} tenant(s) (was {}); applied: tenants, match rules, log_level",
+               opts_.config_path, opts_.config.tenants.size(), before);
+  if (!restart.empty()) {
+    std::string list;
+    for (const std::string& r : restart) list += (list.empty() ? "" : ", ") + r;
+    spdlog::warn("{}: changed settings that take effect only after a restart (still running "
+                 "with the old values): {}",
+                 opts_.config_path, list);
+  }
+  return Ok{};
 }
 
 }  // namespace zernel::daemon

@@ -7,12 +7,16 @@
 //   4. committed phase changes to --phase-log; a snapshot for /metrics and /status
 // Shutdown on SIGINT/SIGTERM (the stop fd): the backend restores what it changed, delay
 // accounting is restored, the HTTP server stops.
+// Run-time control (daemon/control.hpp): requests on the control socket and SIGHUP (the reload
+// fd) are served on this same loop thread between ticks, so the engine stays single-threaded.
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "collect/cpu_load.hpp"
@@ -20,9 +24,14 @@
 #include "collect/discovery.hpp"
 #include "collect/nvml.hpp"
 #include "collect/signals.hpp"
+#ifdef ZERNEL_HAVE_PROBES
+#include "collect/probes/gpu_sync_probes.hpp"
+#endif
 #include "common/result.hpp"
 #include "config/config.hpp"
+#include "daemon/control.hpp"
 #include "enforce/backend.hpp"
+#include "enforce/power.hpp"
 #include "policy/engine.hpp"
 #include "telemetry/http_server.hpp"
 #include "telemetry/phase_log.hpp"
@@ -38,6 +47,15 @@ struct DaemonOptions {
   std::string sys_root = "/sys";
   bool serve_http = true;
   std::uint16_t http_port_override = 0;  // 0: config.telemetry.metrics_port
+  // The file re-read on SIGHUP (empty: reload is refused); a missing file means the defaults
+  // only when config_missing_ok (the built-in default path).
+  std::string config_path;
+  bool config_missing_ok = false;
+  std::string control_socket;  // empty: no control socket
+  // false (the built-in default path): a socket that cannot be created is logged and the daemon
+  // runs without one, so a second daemon (tests, a private instance) still starts; true (a path
+  // the user named): it is a start-up error.
+  bool control_socket_required = true;
 };
 
 struct DaemonStats {
@@ -56,8 +74,18 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Runs until stop_fd becomes readable. Returns an error only for a fatal failure.
-  Result<void> run(int stop_fd);
+  // Runs until stop_fd becomes readable; reload_fd (>= 0) readable means SIGHUP: re-read the
+  // configuration (drained with StopSignals::drain_reload). Returns an error only for a fatal
+  // failure.
+  Result<void> run(int stop_fd, int reload_fd = -1);
+
+  // Re-reads opts.config_path and applies what can change at run time (tenants and their match
+  // rules, log_level); other changed settings are logged as needing a restart. An invalid file
+  // changes nothing and is the error.
+  Result<void> reload_config();
+  // Runs one control request on the calling (loop) thread; the reply has "ok".
+  nlohmann::json handle_control(const ControlRequest& req);
+  [[nodiscard]] const config::Config& config() const { return opts_.config; }
 
   [[nodiscard]] const DaemonStats& stats() const { return stats_; }
   [[nodiscard]] std::uint16_t http_port() const;
@@ -68,14 +96,26 @@ class Daemon {
   void refresh_gpu_utilization();
   void sample_signals(std::uint64_t now_ns);
   void decide(std::uint64_t now_ns);
+  std::optional<float> worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   void drop(std::uint32_t pid);
   void shutdown();
+  void service_wakeup(int stop_fd, int reload_fd);
+  nlohmann::json tenant_list_json() const;
+  Result<void> apply_tenants(std::vector<config::TenantConfig> next);
 
   DaemonOptions opts_;
   policy::Engine engine_;
   std::unique_ptr<enforce::Backend> backend_;
   std::unique_ptr<collect::Nvml> nvml_;
+  std::unique_ptr<enforce::PowerManager> power_;  // after nvml_: destroyed (restoring) first
+  telemetry::LatencyHistogram decision_latency_;
+  std::uint64_t last_decision_ns_ = 0;
+  std::map<std::string, std::uint64_t> collector_errors_;  // by collector name
+  void count_error(const char* collector) {
+    ++stats_.collector_errors;
+    ++collector_errors_[collector];
+  }
   std::optional<collect::DelayAcctGuard> delayacct_;
   collect::ProcessDiscovery discovery_;
   collect::SignalSampler signals_;
@@ -83,12 +123,23 @@ class Daemon {
   telemetry::PhaseLog phase_log_;
   telemetry::SnapshotStore store_;
   std::unique_ptr<telemetry::HttpServer> http_;
+  std::unique_ptr<ControlServer> control_;
+  std::unordered_set<std::string> runtime_tenants_;  // added by `tenant add`, kept on reload
 
   struct Tracked {
     std::string comm;
     std::optional<std::uint32_t> gpu;
     collect::ProcessRole role = collect::ProcessRole::matched;
+    bool has_workers = false;  // a GPU owner with DataLoader workers
+    std::uint64_t schedstat_busy_ns = 0;  // workers: run + run-queue wait at schedstat_at_ns
+    std::uint64_t schedstat_at_ns = 0;
+    bool probed = false;  // the GPU sync probes are attached to a libcuda it maps
   };
+#ifdef ZERNEL_HAVE_PROBES
+  std::unique_ptr<collect::GpuSyncProbes> probes_;
+#endif
+  void attach_probes(std::uint32_t pid, Tracked& t);
+  void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, policy::TaskUpdate& u);
   std::unordered_map<std::uint32_t, Tracked> tracked_;
   std::vector<std::uint32_t> pids_;  // scratch
   std::vector<collect::ProcessSignals> samples_;
@@ -96,6 +147,7 @@ class Daemon {
   collect::GpuProcessMap nvml_procs_;
   std::unordered_map<std::uint32_t, std::uint32_t> proc_util_;  // pid -> SM %
   std::vector<std::uint32_t> device_util_;                       // by device index
+  std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;
   DaemonStats stats_;

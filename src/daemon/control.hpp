@@ -1,0 +1,127 @@
+#pragma once
+// Run-time control of the daemon through a Unix stream socket (docs/operations.md).
+//
+// Protocol: one connection per request. The client sends one JSON object on one line (at most
+// kMaxRequestBytes, newline included; a request ended by EOF without a newline is accepted too),
+// the daemon answers with one JSON object on one line and closes the connection:
+//   {"op":"tenant_add","id":"team-a","gpus":4,"class":"training","cpu_weight":1.5}
+//   {"op":"tenant_remove","id":"team-a"}
+//   {"op":"tenant_list"}
+//   {"op":"tenant_assign","pid":1234,"tenant":"team-a"}
+//   {"op":"status"}
+// Replies: {"ok":true, ...op-specific fields} or {"ok":false,"error":"reason"}.
+//
+// Only root may talk to the daemon: the server reads the peer's credentials (SO_PEERCRED) and
+// refuses any other uid with an error reply naming it, whatever the socket file's mode. Requests
+// run on the daemon's loop thread (the engine is single-threaded); a request that fails changes
+// nothing.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.hpp"
+#include "policy/tenant.hpp"
+
+namespace zernel::daemon {
+
+inline constexpr std::string_view kDefaultControlSocket = "/run/zernel/scheduler.sock";
+// Overrides the default socket path for both the daemon and the clients (not --socket).
+inline constexpr std::string_view kControlSocketEnv = "ZERNEL_SCHEDULER_SOCKET";
+inline constexpr std::size_t kMaxRequestBytes = 4096;
+inline constexpr std::uint32_t kMaxPid = 4'194'304;
+
+enum class ControlOp : std::uint8_t { tenant_add, tenant_remove, tenant_list, tenant_assign, status };
+
+std::string_view op_name(ControlOp op);
+
+struct ControlRequest {
+  ControlOp op = ControlOp::status;
+  policy::TenantSpec tenant;  // tenant_add: the whole spec; tenant_remove: tenant.id
+  std::uint32_t pid = 0;      // tenant_assign
+  std::string assign_to;      // tenant_assign: the tenant id
+
+  bool operator==(const ControlRequest&) const = default;
+};
+
+// Parses and validates one request line (a trailing "\n" or "\r\n" is allowed). Pure. Rejects:
+// more than kMaxRequestBytes, anything but one JSON object, a missing or unknown "op", unknown
+// fields, wrong types, and values out of range (tenant fields by policy::validate_tenant, pid
+// 1..kMaxPid). The error names the field.
+Result<ControlRequest> parse_request(std::string_view line);
+
+// The request as its JSON line (no newline); parse_request(request_line(r)) == r.
+std::string request_line(const ControlRequest& r);
+
+nlohmann::json ok_reply();
+nlohmann::json error_reply(std::string_view message);
+
+// The socket path: `explicit_path` when set, else $ZERNEL_SCHEDULER_SOCKET when non-empty, else
+// kDefaultControlSocket.
+std::string resolve_control_socket(const std::optional<std::string>& explicit_path);
+
+class ControlServer {
+ public:
+  // Runs one valid request and returns its reply (with "ok"); called on the loop thread.
+  using Handler = std::function<nlohmann::json(const ControlRequest&)>;
+
+  // Creates the directory (0755) when missing and listens at `path` (mode 0600). A stale socket
+  // file (nothing accepts on it) is replaced; a live one, or a file that is not a socket, is an
+  // error.
+  static Result<std::unique_ptr<ControlServer>> listen(const std::string& path);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Readable (poll/epoll) when service() has something to do.
+  [[nodiscard]] int fd() const { return epoll_fd_; }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+  // Non-blocking: accepts, reads, runs complete requests through `handler`, writes replies, and
+  // closes connections idle for more than kClientTimeoutNs.
+  void service(const Handler& handler, std::uint64_t now_ns);
+
+  [[nodiscard]] std::uint64_t requests() const { return requests_; }
+  [[nodiscard]] std::uint64_t refused() const { return refused_; }
+
+  static constexpr std::uint64_t kClientTimeoutNs = 5'000'000'000ULL;
+  static constexpr std::size_t kMaxClients = 32;
+
+ private:
+  struct Client {
+    int fd = -1;
+    std::uint64_t since_ns = 0;
+    std::string in;
+    std::string out;
+    std::size_t written = 0;
+    bool replying = false;
+    bool draining = false;  // reply sent: discard input until the peer's EOF, then close
+  };
+  ControlServer(std::string path, int listen_fd, int epoll_fd);
+  void accept_all(std::uint64_t now_ns);
+  void on_readable(Client& c, const Handler& handler);
+  void on_writable(Client& c);
+  void reply(Client& c, const nlohmann::json& j);
+  void close_client(int fd);
+
+  std::string path_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  std::vector<Client> clients_;
+  std::uint64_t requests_ = 0;
+  std::uint64_t refused_ = 0;
+};
+
+// Client side: sends one request and returns the daemon's reply. A daemon that cannot be reached
+// is the error "cannot reach the daemon at PATH: <reason>".
+Result<nlohmann::json> control_call(const std::string& path, const std::string& request_line,
+                                    int timeout_ms = 5000);
+
+}  // namespace zernel::daemon
