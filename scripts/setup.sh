@@ -14,6 +14,8 @@ packages=(
   # BPF toolchain (cmake/Bpf.cmake): clang for -target bpf; libbpf and bpftool are built from the
   # test kernel's own source and need these; xz/zstd unpack the kernel source and vmlinuz.
   clang-19 libelf-dev zlib1g-dev libzstd-dev zstd xz-utils make
+  # libFuzzer + ASan runtime for clang-19 (fuzz/run.sh)
+  libclang-rt-19-dev
   # VM tests (tests/vm): busybox-static initramfs, and the shared libraries of the QEMU 10 binary
   # that cmake/Bpf.cmake unpacks from bookworm-backports (all plain bookworm packages).
   busybox-static cpio

@@ -38,7 +38,7 @@ TOML
 acct_before=$(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo missing)
 
 "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
-  --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
+  --control-socket "$tmp/ctl.sock" --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 50); do
   curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
@@ -47,7 +47,8 @@ done
 check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > $tmp/m0.txt"
 
 # A second daemon on the same port fails at start with a clear message.
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe > "$tmp/second.log" 2>&1
+"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe \
+  --control-socket "$tmp/ctl2.sock" > "$tmp/second.log" 2>&1
 rc=$?
 check "second daemon on a used port exits 1 (got $rc)" "[[ $rc -eq 1 ]]"
 check "second daemon names the port" "grep -q 'cannot listen on 127.0.0.1:$port' $tmp/second.log"
