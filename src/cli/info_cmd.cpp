@@ -57,8 +57,8 @@ json sched_ext_info(const fs::path& sys) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     return {{"supported", false},
-            {"reason", fmt::format("no {}: the kernel lacks CONFIG_SCHED_CLASS_EXT (the "
-                                   "userspace backend is used)",
+            {"reason", fmt::format("no {}: the kernel lacks CONFIG_SCHED_CLASS_EXT (--backend "
+                                   "auto observes only here)",
                                    dir.string())}};
   }
   json j = {{"supported", true}};
