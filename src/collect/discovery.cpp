@@ -203,10 +203,31 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
   c.comm = std::move(st->comm);
   c.nv_begin = static_cast<std::uint32_t>(nv_fds_.size());
 
+  Cached& cached = cache_[pid];
+  cached.seen = scan_count_;
+  const bool fresh = cached.scan != 0 && cached.starttime == c.starttime &&
+                     scan_count_ - cached.scan < kRescanEvery;
+  if (fresh) {
+    nv_fds_.insert(nv_fds_.end(), cached.nv_fds.begin(), cached.nv_fds.end());
+    c.nv_count = static_cast<std::uint32_t>(cached.nv_fds.size());
+    c.fd_gpu = cached.fd_gpu;
+    c.tenant = cached.tenant;
+    if (cached.fd_denied) ++result.fd_denied;
+    candidates_.push_back(std::move(c));
+    return;
+  }
+  cached = Cached{};
+  cached.starttime = c.starttime;
+  cached.scan = scan_count_;
+  cached.seen = scan_count_;
+
   {
     DirReader fds(dir.get(), "fd");
     if (fds.error() == ENOENT || fds.error() == ESRCH) return;  // exited
-    if (fds.error() != 0) ++result.fd_denied;
+    if (fds.error() != 0) {
+      ++result.fd_denied;
+      cached.fd_denied = true;
+    }
     bool several_gpus = false;
     while (const char* fd_name = fds.next()) {
       if (read_link_at(fds.fd(), fd_name, link_) != 0) continue;  // closed meanwhile
@@ -232,11 +253,21 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
     LazyAttrs attrs(dir.get(), c.comm, buf_, cmdline_, cgroup_);
     c.tenant = first_match(input.tenants, attrs);
   }
+  cached.nv_fds.assign(nv_fds_.begin() + c.nv_begin, nv_fds_.end());
+  cached.fd_gpu = c.fd_gpu;
+  cached.tenant = c.tenant;
   candidates_.push_back(std::move(c));
 }
 
 Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
   DiscoveryResult result;
+  ++scan_count_;
+  // The match rules may have changed (a reload): cached matches are only valid for the same rules.
+  if (!std::equal(input.tenants.begin(), input.tenants.end(), last_rules_.begin(),
+                  last_rules_.end())) {
+    cache_.clear();
+    last_rules_.assign(input.tenants.begin(), input.tenants.end());
+  }
   candidates_.clear();
   nv_fds_.clear();
 
@@ -378,6 +409,7 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
   for (const DiscoveredProcess& p : result.processes) {
     previous_.emplace_back(p.pid, p.starttime_ticks);
   }
+  std::erase_if(cache_, [this](const auto& e) { return e.second.seen != scan_count_; });
   return result;
 }
 

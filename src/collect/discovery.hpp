@@ -120,7 +120,10 @@ class ProcessDiscovery {
   Result<DiscoveryResult> scan(const DiscoveryInput& input);
 
   // Forgets the previous scan: every process of the next one is `added`.
-  void reset() { previous_.clear(); }
+  void reset() {
+    previous_.clear();
+    cache_.clear();
+  }
 
  private:
   struct Candidate {
@@ -159,6 +162,24 @@ class ProcessDiscovery {
   std::string link_;
   std::string cmdline_;
   std::string cgroup_;
+
+  // What the expensive part of a scan (the fd/ walk and the match rules) found for a process, by
+  // pid, reused for kRescanEvery scans while (pid, starttime) stays the same. A GPU process that
+  // opens its device later is still found at once when NVML lists it; through fd/ alone, within
+  // kRescanEvery scans (5 s at the default 500 ms poll).
+  static constexpr std::uint32_t kRescanEvery = 10;
+  struct Cached {
+    std::uint64_t starttime = 0;
+    std::uint64_t scan = 0;  // scan_count_ when fd/ and the rules were last read
+    std::uint64_t seen = 0;  // scan_count_ when the process was last listed
+    std::vector<NvFd> nv_fds;
+    std::optional<std::uint32_t> fd_gpu;
+    std::optional<std::uint32_t> tenant;
+    bool fd_denied = false;
+  };
+  std::unordered_map<std::uint32_t, Cached> cache_;
+  std::uint64_t scan_count_ = 0;
+  std::vector<config::TenantConfig> last_rules_;  // the rules the cached matches were made with
 };
 
 // The first tenant whose rules match, given the process's attributes (for tests and for

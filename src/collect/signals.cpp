@@ -121,7 +121,14 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
   if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
 
   if (options_.measure_io_wait) {
-    err = read_threads(dir.get());
+    if (st->num_threads == 1 && st->delayacct_blkio_ticks) {
+      // A single-threaded process: its stat line is its only thread's, so the per-thread walk
+      // (a directory listing and one more file per thread) is not needed.
+      threads_.assign(1, {pid, *st->delayacct_blkio_ticks});
+      err = 0;
+    } else {
+      err = read_threads(dir.get());
+    }
     if (gone_errno(err)) {
       drop();
       return;

@@ -53,11 +53,17 @@ rc=$?
 check "second daemon on a used port exits 1 (got $rc)" "[[ $rc -eq 1 ]]"
 check "second daemon names the port" "grep -q 'cannot listen on 127.0.0.1:$port' $tmp/second.log"
 
-"$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 1 --steps 2 --data-ms 300 --gpu-ms 600 \
+"$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 1 --steps 4 --data-ms 300 --gpu-ms 600 \
   --nccl-ms 200 --optimizer-ms 300 --truth-log "$tmp/truth.jsonl" > "$tmp/workload.json" 2>&1 &
 wl=$!
-sleep 3
-curl -sf "http://127.0.0.1:$port/status" > "$tmp/status.json"
+# /status is refreshed every push_interval_ms (1 s): wait until it lists the job's four
+# processes (two ranks, two workers), for up to 20 s while the job runs.
+for _ in $(seq 40); do
+  sleep 0.5
+  curl -sf "http://127.0.0.1:$port/status" > "$tmp/status.json" || continue
+  n=$(python3 -c 'import json,sys; print(sum(t["comm"].startswith("zernel-workload") for t in json.load(open(sys.argv[1]))["tasks"]))' "$tmp/status.json")
+  [[ $n -ge 4 ]] && break
+done
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
 wait $wl
 check "workload finished" "grep -q '\"steps\"' $tmp/workload.json"
