@@ -639,6 +639,7 @@ Result<void> Daemon::reload_config() {
     restart.emplace_back("[multi_tenant] enabled");
   }
   if (next.telemetry != cur.telemetry) restart.emplace_back("[telemetry]");
+  if (next.power != cur.power) restart.emplace_back("[power]");
   spdlog::info("reloaded {}: {} tenant(s) (was {}); applied: tenants, match rules, log_level",
                opts_.config_path, opts_.config.tenants.size(), before);
   if (!restart.empty()) {

@@ -49,8 +49,10 @@ class ObserveBackend final : public Backend {
 
 namespace zernel::enforce {
 
-// The backend for --backend KIND: "observe", or "auto" (the best one this build and kernel
-// support). "sched_ext" and "userspace" are errors until those backends are built.
+// The backend for --backend KIND: "sched_ext" (the BPF scheduler; an error naming why when the
+// kernel lacks sched_ext, another scheduler is loaded, or the build has no BPF), "observe", or
+// "auto" (sched_ext where it loads, else observe). "userspace" is an error until that backend is
+// built.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind);
 
 }  // namespace zernel::enforce

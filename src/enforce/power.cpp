@@ -110,14 +110,18 @@ void PowerManager::read_cpus() {
 
 std::uint32_t PowerManager::sm_clock_of(const Gpu& g, const policy::GpuPowerTarget& t) const {
   if (t.full()) return g.original_clocks.sm_mhz;
-  return static_cast<std::uint32_t>(std::uint64_t{g.sm_max} * t.clock_num / t.clock_den);
+  // A saving target never raises the clock above what the machine had (an operator's cap).
+  const auto want = static_cast<std::uint32_t>(std::uint64_t{g.sm_max} * t.clock_num / t.clock_den);
+  return std::min(want, g.original_clocks.sm_mhz);
 }
 
 std::uint32_t PowerManager::power_mw_of(const Gpu& g, const policy::GpuPowerTarget& t) const {
   if (t.full()) return g.limits.current_mw;
   const std::uint64_t want = std::uint64_t{g.limits.default_mw} * t.power_pct / 100;
   const std::uint64_t lo = g.limits.min_mw;
-  const std::uint64_t hi = std::max<std::uint64_t>(g.limits.max_mw, lo);
+  // Never above the limit the machine had (an operator's cap), never outside the device's range.
+  const std::uint64_t hi =
+      std::max<std::uint64_t>(std::min<std::uint64_t>(g.limits.max_mw, g.limits.current_mw), lo);
   return static_cast<std::uint32_t>(std::clamp(want, lo, hi));
 }
 

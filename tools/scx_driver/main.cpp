@@ -15,18 +15,18 @@
 // wrong; 2 when the kernel unloaded the scheduler during the run (the exit info is printed).
 // --stats prints one JSON object on stdout at the end: counters, writes, exit info.
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
 
+#include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -135,8 +135,9 @@ nlohmann::json exit_json(const std::optional<scx::ExitInfo>& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"zernel-scx-driver: loads the zernel sched_ext scheduler and applies fixed "
-               "decisions (a test driver for the sched_ext backend)"};
+  CLI::App app{
+      "zernel-scx-driver: loads the zernel sched_ext scheduler and applies fixed "
+      "decisions (a test driver for the sched_ext backend)"};
   std::vector<std::string> specs;
   double run_seconds = 0;
   bool partial = false;
@@ -209,6 +210,13 @@ int main(int argc, char** argv) {
       ejected = true;
       break;
     }
+    // A process that exited leaves the table, as the daemon's would: its entry is deleted.
+    std::erase_if(decisions, [&](const Decision& d) {
+      if (kill(static_cast<pid_t>(d.pid), 0) == 0 || errno != ESRCH) return false;
+      spdlog::info("pid {} exited: forgetting its decision", d.pid);
+      backend.forget(d.pid);
+      return true;
+    });
     if (auto r = backend.apply(decisions); !r) {
       spdlog::error("{}", r.error().message());
       ejected = !backend.running();
@@ -217,7 +225,7 @@ int main(int argc, char** argv) {
   }
   auto attached_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto stats = backend.stats();
-  // The task storage of each decided process's main thread, before the maps go.
+  // The task storage of each decided process's main thread (still alive), before the maps go.
   nlohmann::json tasks = nlohmann::json::object();
   for (const auto& d : decisions) {
     auto tc = backend.task_ctx(d.pid);

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * intf.h - THE contract between the zernel sched_ext scheduler (zernel.bpf.c) and its loader
+ * (src/enforce/scx/). One copy only: both sides include this file, so the map layouts cannot
+ * drift. Rules (as in the kernel's scx_qmap.h / scx_flatcg.h):
+ *   - fixed-width types only, explicit padding, no bool, no pointers, no bit fields;
+ *   - limits and flags are enum constants (usable in C, C++ and BPF C alike);
+ *   - every field says its unit;
+ *   - sizes and offsets are asserted at the bottom and checked by both compilers.
+ *
+ * Maps (the names are the skeleton's; the BPF side defines them):
+ *   zernel_decisions  HASH   key __u32 tgid -> struct zernel_decision   (userspace writes)
+ *   zernel_tenants    ARRAY  key __u32 slot -> struct zernel_tenant     (userspace writes)
+ *   zernel_tenant_load ARRAY key __u32 slot -> struct zernel_tenant_load
+ *                     (BPF writes, userspace only reads: the tenant's runnable weight)
+ *   zernel_stats      PERCPU_ARRAY key __u32 enum zernel_stat -> __u64   (BPF counts, loader sums)
+ *   zernel_task_ctx   TASK_STORAGE -> struct zernel_task_ctx (BPF writes; userspace may look a
+ *                     live thread up with a pidfd key)
+ * Exit info is the scx "uei" (struct user_exit_info in scx/user_exit_info_common.h, written by
+ * UEI_RECORD in ops.exit); the kernel's exit kinds are mirrored here as enum zernel_exit_kind.
+ */
+#ifndef ZERNEL_BPF_INTF_H
+#define ZERNEL_BPF_INTF_H
+
+#if defined(__bpf__)
+/* vmlinux.h (through scx/common.bpf.h, included first) defines the __u32 family. */
+#else
+#include <linux/types.h>
+#endif
+
+#define ZERNEL_OFF(type, field) __builtin_offsetof(struct type, field)
+#ifdef __cplusplus
+#define ZERNEL_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define ZERNEL_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/* Limits. */
+enum zernel_limits {
+	ZERNEL_MAX_TASKS = 65536,	/* processes (tgids) with a decision: max_tracked_tasks */
+	ZERNEL_MAX_TENANTS = 1024,	/* tenant slots (policy::kMaxTenants) */
+	ZERNEL_MAX_CPUS = 1024,		/* CPU ids the scheduler handles (0..1023) */
+	ZERNEL_MAX_NODES = 64,		/* NUMA node ids (0..63) */
+	ZERNEL_NO_TENANT = 0xFFFF,	/* zernel_decision.tenant: the process has no tenant */
+	ZERNEL_NO_CPU = -1,		/* preferred_cpu / preferred_node: none */
+};
+
+/* Weights. */
+enum zernel_weights {
+	ZERNEL_WEIGHT_DFL = 1024,	  /* decision weight of priority 0 (= nice 0) */
+	ZERNEL_WEIGHT_MIN = 1,
+	ZERNEL_WEIGHT_MAX = 100000,	  /* > weight of priority +20 (88,818) */
+	ZERNEL_TENANT_WEIGHT_DFL = 100,	  /* cgroup cpu.weight scale: an average tenant */
+	ZERNEL_TENANT_WEIGHT_MIN = 1,
+	ZERNEL_TENANT_WEIGHT_MAX = 10000, /* cgroup cpu.weight range is 1..10000 */
+};
+
+/* Time defaults (ns). Enum constants must fit an int: the 64-bit ones are multiples of 1 us. */
+enum zernel_times_us {
+	ZERNEL_SLICE_DFL_US = 20000,	  /* slice of a task with no decision or slice_ns 0: 20 ms */
+	ZERNEL_SLICE_MIN_US = 100,	  /* slices are clamped to 100 us .. 1 s */
+	ZERNEL_SLICE_MAX_US = 1000000,
+	/* Starvation bound: a task queued longer than this is dispatched before anything else.
+	 * 50 x the default slice (1 s): above the longest wait that honest weighting makes in the
+	 * policy's range (a priority -5 hog next to a priority +10 hog waits ~0.6 s), well under
+	 * the sched_ext watchdog (30 s). A load-time knob (rodata starve_ns) may change it. */
+	ZERNEL_STARVE_DFL_US = 1000000,
+	ZERNEL_STARVE_SCAN_US = 100000,	  /* how often the BPF timer scans for starved tasks */
+};
+
+/* zernel_decision.flags */
+enum zernel_decision_flags {
+	ZERNEL_DF_PREEMPT = 1u << 0,	/* a wakeup may preempt a CPU running a lower-weight task */
+};
+
+/* zernel_decision.phase: the numeric values of policy::Phase (src/policy/phase.hpp). */
+enum zernel_phase {
+	ZERNEL_PHASE_DATA_LOADING = 0,
+	ZERNEL_PHASE_GPU_COMPUTE = 1,
+	ZERNEL_PHASE_NCCL_COLLECTIVE = 2,
+	ZERNEL_PHASE_OPTIMIZER_STEP = 3,
+	ZERNEL_PHASE_UNKNOWN = 4,
+	ZERNEL_PHASE_NR = 5,
+};
+
+/*
+ * Per-process decision, keyed by tgid: every thread of the process follows it. 48 bytes.
+ * Written by the loader only when it changes; the BPF side reads it on every enqueue, so a
+ * torn read (the loader replacing a value while a CPU reads it) can mix two decisions of the
+ * same process for one scheduling event, which is harmless.
+ */
+struct zernel_decision {
+	__u64 slice_ns;			/* ns: time slice; 0 = ZERNEL_SLICE_DFL_US; clamped to MIN..MAX */
+	__u32 weight;			/* kernel weight scale, 1024 = priority 0, x1.25 per priority step */
+	__u32 tenant_weight;		/* cgroup cpu.weight scale (100 = average): for a process with no
+					 * tenant, scales its weight (weight * tenant_weight / 100); for a
+					 * tenant's process, used when the tenant's array entry is unset */
+	__u32 latency_target_us;	/* us: wakeup latency target; 0 = none */
+	__s32 preferred_cpu;		/* CPU id tried first when idle; ZERNEL_NO_CPU = none */
+	__s32 preferred_node;		/* NUMA node id whose idle CPUs come next; ZERNEL_NO_CPU = none */
+	__u16 tenant;			/* tenant slot (index into zernel_tenants); ZERNEL_NO_TENANT = none */
+	__u8 phase;			/* enum zernel_phase: selects the per-phase run-time counter */
+	__u8 flags;			/* enum zernel_decision_flags */
+	__u64 __reserved;		/* zero */
+};
+
+/* A tenant slot: written by the loader. 8 bytes. */
+struct zernel_tenant {
+	__u32 weight;			/* cgroup cpu.weight scale, 1..10000; 0 = slot unused */
+	__u32 __pad0;			/* zero */
+};
+
+/*
+ * A tenant's runnable load: maintained by BPF with atomic adds in ops.runnable/ops.quiescent.
+ * Kept apart from struct zernel_tenant so that a loader write never clobbers it. 16 bytes.
+ */
+struct zernel_tenant_load {
+	__s64 runnable_weight;		/* sum of the decision weights of the tenant's runnable threads */
+	__s64 runnable_threads;		/* number of the tenant's runnable threads */
+};
+
+/* Per-CPU counters (zernel_stats), summed over CPUs by the loader. */
+enum zernel_stat {
+	ZERNEL_STAT_LOCAL = 0,		/* inserted straight into an idle CPU's local DSQ */
+	ZERNEL_STAT_GLOBAL,		/* inserted into the shared vtime DSQ */
+	ZERNEL_STAT_PREF_CPU_HIT,	/* the decision's preferred CPU was idle and taken */
+	ZERNEL_STAT_PREF_NODE_HIT,	/* an idle CPU of the preferred node was taken */
+	ZERNEL_STAT_PREF_MISS,		/* a preference was set but no CPU of it was idle */
+	ZERNEL_STAT_KICK_PREEMPT,	/* preempting wakeups: SCX_KICK_PREEMPT of a lower-weight CPU */
+	ZERNEL_STAT_PREEMPT_SKIP,	/* preempting wakeups with no victim (none lower, or one frees
+					 * up within the latency target) */
+	ZERNEL_STAT_KICK_IDLE,		/* idle CPUs kicked for a task queued to them from enqueue */
+	ZERNEL_STAT_STARVE_RESCUE,	/* tasks moved to the rescue DSQ by the starvation scan */
+	ZERNEL_STAT_DECIDED,		/* enqueues of tasks whose process has a decision */
+	ZERNEL_STAT_UNDECIDED,		/* enqueues of tasks with no decision (weight from nice) */
+	ZERNEL_STAT_TENANT,		/* enqueues of tasks whose process belongs to a tenant */
+	ZERNEL_STAT_RUN_NS_PHASE,	/* ns of CPU time run by decided tasks, one counter per phase: */
+	ZERNEL_STAT_RUN_NS_PHASE_END = ZERNEL_STAT_RUN_NS_PHASE + ZERNEL_PHASE_NR - 1,
+	ZERNEL_STAT_RUN_NS_UNDECIDED,	/* ns of CPU time run by tasks with no decision */
+	ZERNEL_STAT_NR,
+};
+
+/*
+ * Per-task (thread) state in BPF task storage. 80 bytes. The loader can read it with a pidfd
+ * key (bpf_map_lookup_elem on zernel_task_ctx) for a live thread.
+ */
+struct zernel_task_ctx {
+	__u64 vtime;			/* ns of weighted virtual time (used time * 1024 / eff. weight) */
+	__u64 running_at;		/* ns, CLOCK_MONOTONIC: when it last started running; 0 = not */
+	__u64 queued_at;		/* ns, CLOCK_MONOTONIC: when it was last queued; 0 = not queued */
+	__u64 runtime_ns;		/* ns: CPU time used under this scheduler */
+	__u64 burst_ns;			/* ns: CPU time since it last woke up (the current burst) */
+	__u64 last_burst_ns;		/* ns: length of the last completed burst */
+	__u64 avg_burst_ns;		/* ns: moving average of bursts (7/8 old + 1/8 new) */
+	__u64 wakeups;			/* count of wakeups */
+	__s64 contrib_weight;		/* weight it added to its tenant's runnable_weight; 0 = none */
+	__u16 contrib_tenant;		/* the tenant slot it added to; ZERNEL_NO_TENANT = none */
+	__u16 __pad0;			/* zero */
+	__u32 __pad1;			/* zero */
+};
+
+/*
+ * Exit kinds: the kernel's enum scx_exit_kind (include/linux/sched/ext.h; values are ABI since
+ * 6.12). The BPF side asserts them against vmlinux.h.
+ */
+enum zernel_exit_kind {
+	ZERNEL_EXIT_NONE = 0,
+	ZERNEL_EXIT_DONE = 1,
+	ZERNEL_EXIT_UNREG = 64,		/* user-space initiated unregistration (detach, close, kill) */
+	ZERNEL_EXIT_UNREG_BPF = 65,	/* BPF-initiated unregistration (scx_bpf_exit) */
+	ZERNEL_EXIT_UNREG_KERN = 66,	/* kernel-initiated unregistration */
+	ZERNEL_EXIT_SYSRQ = 67,		/* requested by sysrq-S */
+	ZERNEL_EXIT_ERROR = 1024,	/* runtime error, error msg contains details */
+	ZERNEL_EXIT_ERROR_BPF = 1025,	/* ERROR but triggered through scx_bpf_error() */
+	ZERNEL_EXIT_ERROR_STALL = 1026,	/* watchdog detected stalled runnable tasks */
+};
+
+/* Bits of the exit code (scx_exit_code, user_exit_info.h): the kernel's advice and reasons. */
+#define ZERNEL_ECODE_RSN_HOTPLUG (1ULL << 32)	/* a CPU went on- or offline */
+#define ZERNEL_ECODE_ACT_RESTART (1ULL << 48)	/* the kernel advises reloading the scheduler */
+#define ZERNEL_ECODE_USER_MASK ((1ULL << 32) - 1)
+#define ZERNEL_ECODE_ACT_MASK (((1ULL << 16) - 1) << 48)
+
+/* Layout checks, compiled by clang -target bpf and by the C++ compiler alike. */
+ZERNEL_STATIC_ASSERT(sizeof(struct zernel_decision) == 40, "zernel_decision layout");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, slice_ns) == 0, "slice_ns");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, weight) == 8, "weight");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, tenant_weight) == 12, "tenant_weight");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, latency_target_us) == 16, "latency");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, preferred_cpu) == 20, "preferred_cpu");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, preferred_node) == 24, "preferred_node");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, tenant) == 28, "tenant");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, phase) == 30, "phase");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, flags) == 31, "flags");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, __reserved) == 32, "__reserved");
+ZERNEL_STATIC_ASSERT(sizeof(struct zernel_tenant) == 8, "zernel_tenant layout");
+ZERNEL_STATIC_ASSERT(sizeof(struct zernel_tenant_load) == 16, "zernel_tenant_load layout");
+ZERNEL_STATIC_ASSERT(sizeof(struct zernel_task_ctx) == 80, "zernel_task_ctx layout");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_weight) == 64, "contrib");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_tenant) == 72, "contrib_t");
+ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 18, "update the loader's stat names with the enum");
+ZERNEL_STATIC_ASSERT(ZERNEL_MAX_TENANTS <= ZERNEL_NO_TENANT, "tenant slots fit __u16");
+
+#endif /* ZERNEL_BPF_INTF_H */

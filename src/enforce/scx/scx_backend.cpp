@@ -1,0 +1,407 @@
+#include "enforce/scx/scx_backend.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <system_error>
+
+#include "enforce/scx/skel_shim.h"
+#include "enforce/scx/sysfs_state.hpp"
+
+namespace zernel::enforce::scx {
+namespace {
+
+namespace fs = std::filesystem;
+
+// libbpf's messages into our log: warnings stay warnings (they carry the verifier log on a
+// failed load), its info lines are debug detail.
+int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
+  // The verifier log comes as one message of any length.
+  va_list copy;
+  va_copy(copy, args);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+  int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string buf(n > 0 ? static_cast<std::size_t>(n) + 1 : 1, '\0');
+  std::vsnprintf(buf.data(), buf.size(), fmt, args);
+#pragma GCC diagnostic pop
+  std::string_view msg(buf.c_str());
+  while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
+  switch (level) {
+    case LIBBPF_WARN:
+      spdlog::warn("libbpf: {}", msg);
+      break;
+    case LIBBPF_INFO:
+      spdlog::debug("libbpf: {}", msg);
+      break;
+    case LIBBPF_DEBUG:
+      spdlog::trace("libbpf: {}", msg);
+      break;
+  }
+  return 0;
+}
+
+void shim_log(int level, const char* msg) {
+  if (level > 0) {
+    spdlog::warn("sched_ext: {}", msg);
+  } else {
+    spdlog::info("sched_ext: {}", msg);
+  }
+}
+
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}; malformed parts are skipped.
+std::vector<std::uint32_t> parse_cpulist(std::string_view s) {
+  std::vector<std::uint32_t> cpus;
+  while (!s.empty()) {
+    auto comma = s.find(',');
+    auto part = s.substr(0, comma);
+    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+    std::uint32_t lo = 0;
+    std::uint32_t hi = 0;
+    auto dash = part.find('-');
+    auto a = part.substr(0, dash);
+    if (std::from_chars(a.data(), a.data() + a.size(), lo).ec != std::errc()) continue;
+    hi = lo;
+    if (dash != std::string_view::npos) {
+      auto b = part.substr(dash + 1);
+      if (std::from_chars(b.data(), b.data() + b.size(), hi).ec != std::errc()) continue;
+    }
+    for (std::uint32_t c = lo; c <= hi && c < ZERNEL_MAX_CPUS; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// CPU -> NUMA node from sysfs (node0 for everything when the kernel has no NUMA nodes).
+std::vector<std::uint8_t> read_cpu_nodes(const fs::path& sys_root, std::uint32_t nr_cpus,
+                                         std::uint32_t& nr_nodes) {
+  std::vector<std::uint8_t> node_of(nr_cpus, 0);
+  nr_nodes = 1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(sys_root / "devices/system/node", ec)) {
+    auto name = e.path().filename().string();
+    if (name.rfind("node", 0) != 0) continue;
+    std::uint32_t node = 0;
+    auto digits = std::string_view(name).substr(4);
+    if (digits.empty() ||
+        std::from_chars(digits.data(), digits.data() + digits.size(), node).ec != std::errc()) {
+      continue;
+    }
+    if (node >= ZERNEL_MAX_NODES) continue;
+    auto list = read_first_line(e.path() / "cpulist");
+    if (!list) continue;
+    for (auto cpu : parse_cpulist(*list)) {
+      if (cpu < nr_cpus) node_of[cpu] = static_cast<std::uint8_t>(node);
+    }
+    nr_nodes = std::max(nr_nodes, node + 1);
+  }
+  return node_of;
+}
+
+// struct sched_attr (include/uapi/linux/sched/types.h, VER1); glibc 2.36 has no wrapper.
+struct SchedAttr {
+  std::uint32_t size;
+  std::uint32_t sched_policy;
+  std::uint64_t sched_flags;
+  std::int32_t sched_nice;
+  std::uint32_t sched_priority;
+  std::uint64_t sched_runtime;
+  std::uint64_t sched_deadline;
+  std::uint64_t sched_period;
+  std::uint32_t sched_util_min;
+  std::uint32_t sched_util_max;
+};
+constexpr std::uint32_t kSchedOther = 0;
+constexpr std::uint32_t kSchedBatch = 3;
+constexpr std::uint32_t kSchedIdle = 5;
+constexpr std::uint32_t kSchedExt = 7;
+
+bool get_attr(std::uint32_t tid, SchedAttr& a) {
+  a = SchedAttr{};
+  return syscall(SYS_sched_getattr, static_cast<pid_t>(tid), &a, sizeof a, 0U) == 0;
+}
+
+bool set_policy(std::uint32_t tid, const SchedAttr& current, std::uint32_t policy) {
+  SchedAttr a = current;
+  a.size = sizeof a;
+  a.sched_policy = policy;
+  a.sched_flags = 0;
+  a.sched_priority = 0;
+  return syscall(SYS_sched_setattr, static_cast<pid_t>(tid), &a, 0U) == 0;
+}
+
+std::vector<std::uint32_t> threads_of(const fs::path& proc_root, std::uint32_t pid) {
+  std::vector<std::uint32_t> tids;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(proc_root / std::to_string(pid) / "task", ec)) {
+    std::uint32_t tid = 0;
+    auto n = e.path().filename().string();
+    if (std::from_chars(n.data(), n.data() + n.size(), tid).ec == std::errc()) tids.push_back(tid);
+  }
+  return tids;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
+  if (auto r = check_sched_ext_free(options.sys_root); !r) {
+    return r.error().context("loading the sched_ext scheduler");
+  }
+  static const bool print_set = [] {
+    libbpf_set_print(libbpf_print);
+    return true;
+  }();
+  (void)print_set;
+
+  int possible = libbpf_num_possible_cpus();
+  if (possible <= 0) return Error(-possible, "loading the sched_ext scheduler: no possible CPUs");
+  auto nr_cpus = static_cast<std::uint32_t>(possible);
+  std::uint32_t nr_nodes = 1;
+  auto nodes =
+      read_cpu_nodes(options.sys_root, std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
+
+  zernel_scx_open_opts opts{};
+  opts.nr_cpus = nr_cpus;
+  opts.nr_nodes = nr_nodes;
+  opts.cpu_node = nodes.data();
+  opts.starve_ns = options.starve_ns;
+  opts.inject_error_after_ns = options.inject_error_after_ns;
+  opts.switch_partial = options.partial ? 1U : 0U;
+  opts.log = shim_log;
+
+  char err[512] = "";
+  ::zernel_scx* handle = nullptr;
+  int ret = zernel_scx_open(&opts, &handle, err, sizeof err);
+  if (ret == 0) {
+    ret = zernel_scx_load(handle, err, sizeof err);
+  }
+  if (ret == 0) {
+    ret = zernel_scx_attach(handle, err, sizeof err);
+  }
+  if (ret != 0) {
+    zernel_scx_destroy(handle);
+    return Error(-ret, std::string("loading the sched_ext scheduler: ") + err);
+  }
+  std::unique_ptr<ScxBackend> b(new ScxBackend(options, handle));
+  spdlog::info("sched_ext: scheduler \"{}\" attached ({} switch, {} CPUs, {} NUMA nodes)",
+               zernel_scx_ops_name(), options.partial ? "partial" : "full", nr_cpus, nr_nodes);
+  if (options.partial) {
+    spdlog::warn(
+        "sched_ext: partial switch: only the processes given decisions run under sched_ext, "
+        "and they rank below every normal (fair-class) task");
+  }
+  return b;
+}
+
+ScxBackend::ScxBackend(Options options, ::zernel_scx* handle)
+    : options_(std::move(options)),
+      handle_(handle),
+      attached_(true),
+      decisions_fd_(zernel_scx_map_fd(handle, ZERNEL_SCX_MAP_DECISIONS)),
+      tenants_fd_(zernel_scx_map_fd(handle, ZERNEL_SCX_MAP_TENANTS)) {}
+
+ScxBackend::~ScxBackend() {
+  if (auto r = shutdown(); !r) spdlog::warn("{}", r.error().message());
+  zernel_scx_destroy(handle_);
+}
+
+bool ScxBackend::running() { return attached_ && zernel_scx_exited(handle_, nullptr) == 0; }
+
+std::optional<ExitInfo> ScxBackend::exit_info() {
+  zernel_scx_exit e{};
+  if (zernel_scx_exited(handle_, &e) != 1) return std::nullopt;
+  ExitInfo info;
+  info.kind = e.kind;
+  info.cpu = e.exit_cpu;
+  info.code = e.exit_code;
+  info.reason = e.reason;
+  info.message = e.msg;
+  if (!exit_logged_) {
+    exit_logged_ = true;
+    auto advice = restart_advice(info.kind, info.code);
+    if (is_error_exit(info.kind) || info.kind == ZERNEL_EXIT_UNREG_KERN) {
+      spdlog::error(
+          "sched_ext: the kernel unloaded the scheduler: {} ({}){}{} exit_code={:#x} "
+          "cpu={} restart={}",
+          exit_kind_name(info.kind), info.reason, info.message.empty() ? "" : ": ", info.message,
+          static_cast<std::uint64_t>(info.code), info.cpu, restart_advice_name(advice));
+      std::string dump = exit_dump();
+      if (!dump.empty()) spdlog::debug("sched_ext: exit dump:\n{}", dump);
+    } else {
+      spdlog::info("sched_ext: scheduler unloaded: {} ({}) restart={}", exit_kind_name(info.kind),
+                   info.reason, restart_advice_name(advice));
+    }
+  }
+  return info;
+}
+
+std::string ScxBackend::exit_dump() const { return zernel_scx_exit_dump(handle_); }
+
+Result<Stats> ScxBackend::stats() const {
+  int possible = libbpf_num_possible_cpus();
+  if (possible <= 0) return Error(-possible, "reading sched_ext counters: no possible CPUs");
+  std::vector<std::uint64_t> per_cpu(static_cast<std::size_t>(possible));
+  int fd = zernel_scx_map_fd(handle_, ZERNEL_SCX_MAP_STATS);
+  Stats sums{};
+  for (std::uint32_t i = 0; i < ZERNEL_STAT_NR; ++i) {
+    if (bpf_map_lookup_elem(fd, &i, per_cpu.data()) != 0) {
+      return errno_error("reading sched_ext counter " + std::string(kStatNames[i]));
+    }
+    for (auto v : per_cpu) sums[i] += v;
+  }
+  return sums;
+}
+
+std::optional<zernel_task_ctx> ScxBackend::task_ctx(std::uint32_t tid) const {
+  // Task storage is keyed by a pidfd; the BPF value is the shared struct plus a kptr.
+  int fd = zernel_scx_map_fd(handle_, ZERNEL_SCX_MAP_TASK_CTX);
+  bpf_map_info info{};
+  std::uint32_t len = sizeof info;
+  if (bpf_map_get_info_by_fd(fd, &info, &len) != 0 || info.value_size < sizeof(zernel_task_ctx)) {
+    return std::nullopt;
+  }
+  auto pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(tid), 0U));
+  if (pidfd < 0) return std::nullopt;
+  std::vector<unsigned char> buf(info.value_size);
+  int ret = bpf_map_lookup_elem(fd, &pidfd, buf.data());
+  close(pidfd);
+  if (ret != 0) return std::nullopt;
+  zernel_task_ctx tc{};
+  std::memcpy(&tc, buf.data(), sizeof tc);
+  return tc;
+}
+
+Result<void> ScxBackend::write_batch(const std::vector<std::uint32_t>& keys,
+                                     const std::vector<zernel_decision>& values) {
+  if (keys.empty()) return Ok{};
+  if (batch_supported_) {
+    LIBBPF_OPTS(bpf_map_batch_opts, opts, .elem_flags = BPF_ANY, .flags = 0);
+    auto count = static_cast<std::uint32_t>(keys.size());
+    int ret = bpf_map_update_batch(decisions_fd_, keys.data(), values.data(), &count, &opts);
+    ++counters_.batches;
+    if (ret == 0) return Ok{};
+    if (ret != -EINVAL && ret != -ENOTSUP && ret != -EOPNOTSUPP) {
+      return errno_error("writing " + std::to_string(keys.size()) + " sched_ext decisions", -ret);
+    }
+    spdlog::debug("sched_ext: no batch map updates here ({}), writing one by one",
+                  std::strerror(-ret));
+    batch_supported_ = false;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (bpf_map_update_elem(decisions_fd_, &keys[i], &values[i], BPF_ANY) != 0) {
+      return errno_error("writing the sched_ext decision of pid " + std::to_string(keys[i]));
+    }
+  }
+  return Ok{};
+}
+
+Result<void> ScxBackend::apply(std::span<const policy::Decision> decisions) {
+  if (!attached_) return Error(ENOTCONN, "sched_ext backend is shut down");
+  if (auto e = exit_info()) {
+    return Error(ECANCELED, "the kernel unloaded the sched_ext scheduler: " +
+                                std::string(exit_kind_name(e->kind)) + " (" + e->reason +
+                                (e->message.empty() ? "" : ": " + e->message) + ")");
+  }
+  std::vector<std::uint32_t> keys;
+  std::vector<zernel_decision> values;
+  for (const auto& d : decisions) {
+    auto v = to_map_value(d);
+    if (v.tenant < ZERNEL_MAX_TENANTS && tenant_weights_[v.tenant] != v.tenant_weight) {
+      std::uint32_t slot = v.tenant;
+      auto t = tenant_value(v.tenant_weight);
+      if (bpf_map_update_elem(tenants_fd_, &slot, &t, BPF_ANY) != 0) {
+        return errno_error("writing sched_ext tenant slot " + std::to_string(slot));
+      }
+      tenant_weights_[slot] = v.tenant_weight;
+      ++counters_.tenant_writes;
+    }
+    auto it = written_.find(d.pid);
+    if (it != written_.end() && same_value(it->second, v)) {
+      ++counters_.unchanged;
+      continue;
+    }
+    if (options_.partial && it == written_.end()) move_to_ext(d.pid);
+    keys.push_back(d.pid);
+    values.push_back(v);
+  }
+  if (auto r = write_batch(keys, values); !r) {
+    // What was written is unknown: forget the cache of these pids so that the next tick
+    // rewrites them.
+    for (auto k : keys) written_.erase(k);
+    if (r.error().code() == E2BIG || r.error().code() == ENOSPC) {
+      return r.error().context("the decision map is full (" + std::to_string(ZERNEL_MAX_TASKS) +
+                               " processes)");
+    }
+    return r;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) written_[keys[i]] = values[i];
+  counters_.written += keys.size();
+  return Ok{};
+}
+
+void ScxBackend::forget(std::uint32_t pid) {
+  auto it = written_.find(pid);
+  if (it == written_.end()) return;
+  written_.erase(it);
+  if (attached_ && bpf_map_delete_elem(decisions_fd_, &pid) != 0 && errno != ENOENT) {
+    spdlog::warn("sched_ext: deleting the decision of pid {}: {}", pid, std::strerror(errno));
+  }
+  ++counters_.deleted;
+  if (options_.partial) restore_policy(pid);
+}
+
+void ScxBackend::move_to_ext(std::uint32_t pid) {
+  auto& saved = moved_[pid];
+  for (auto tid : threads_of(options_.proc_root, pid)) {
+    SchedAttr a{};
+    if (!get_attr(tid, a)) continue;  // exited meanwhile
+    if (a.sched_policy != kSchedOther && a.sched_policy != kSchedBatch &&
+        a.sched_policy != kSchedIdle) {
+      continue;  // real-time and deadline tasks keep their class; SCHED_EXT already moved
+    }
+    if (!set_policy(tid, a, kSchedExt)) {
+      if (errno != ESRCH) {
+        spdlog::warn("sched_ext: moving thread {} of pid {} to SCHED_EXT: {}", tid, pid,
+                     std::strerror(errno));
+      }
+      continue;
+    }
+    saved.push_back({tid, a.sched_policy});
+  }
+}
+
+void ScxBackend::restore_policy(std::uint32_t pid) {
+  auto it = moved_.find(pid);
+  if (it == moved_.end()) return;
+  for (const auto& s : it->second) {
+    SchedAttr a{};
+    // Only what is still ours: a thread someone else has moved since keeps its new policy.
+    if (!get_attr(s.tid, a) || a.sched_policy != kSchedExt) continue;
+    if (!set_policy(s.tid, a, s.policy) && errno != ESRCH) {
+      spdlog::warn("sched_ext: restoring the policy of thread {}: {}", s.tid, std::strerror(errno));
+    }
+  }
+  moved_.erase(it);
+}
+
+Result<void> ScxBackend::shutdown() {
+  if (!attached_) return Ok{};
+  attached_ = false;
+  zernel_scx_detach(handle_);
+  while (!moved_.empty()) restore_policy(moved_.begin()->first);
+  (void)exit_info();  // logs how it ended (UNREG after a detach)
+  return Ok{};
+}
+
+}  // namespace zernel::enforce::scx

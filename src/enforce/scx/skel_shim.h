@@ -1,0 +1,77 @@
+#ifndef ZERNEL_ENFORCE_SCX_SKEL_SHIM_H
+#define ZERNEL_ENFORCE_SCX_SKEL_SHIM_H
+/*
+ * C interface to the zernel BPF skeleton (build/bpf/zernel.skel.h), for scx_backend.cpp.
+ *
+ * Why C: the scx compat layer (scx/compat.h: SCX_OPS_OPEN/LOAD/ATTACH, SCX_ENUM_INIT, UEI_*) is
+ * GNU C macros that do not compile as C++ under the project's warnings, and they exit() on any
+ * failure. This file does the same steps (hotplug_seq, enum values from the running kernel's
+ * BTF, dropping ops the kernel lacks with a warning, UEI dump sizing, disabling the map's
+ * auto-attach, attaching the struct_ops link) but returns errors. The C++ side never includes
+ * the skeleton.
+ *
+ * Every function that can fail returns 0 or a negative errno and writes a message to err.
+ */
+#include <linux/types.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zernel_scx;
+
+struct zernel_scx_open_opts {
+	__u32 nr_cpus;		/* possible CPU ids; at most ZERNEL_MAX_CPUS are handled */
+	__u32 nr_nodes;		/* NUMA node ids; at most ZERNEL_MAX_NODES */
+	const __u8 *cpu_node;	/* nr_cpus entries: the node of each CPU (NULL: all node 0) */
+	__u64 starve_ns;	/* starvation bound, ns; 0 = ZERNEL_STARVE_DFL_US */
+	__u32 switch_partial;	/* 1: SCX_OPS_SWITCH_PARTIAL (only SCHED_EXT tasks move) */
+	__u32 __pad;
+	__u64 inject_error_after_ns; /* tests only: scx_bpf_error() this long after init; 0 = never */
+	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
+	void (*log)(int level, const char *msg);
+};
+
+enum zernel_scx_map {
+	ZERNEL_SCX_MAP_DECISIONS,
+	ZERNEL_SCX_MAP_TENANTS,
+	ZERNEL_SCX_MAP_TENANT_LOAD,
+	ZERNEL_SCX_MAP_STATS,
+	ZERNEL_SCX_MAP_TASK_CTX,
+};
+
+/* The scheduler's exit, from the UEI record written in ops.exit. */
+struct zernel_scx_exit {
+	__s32 kind;		/* enum zernel_exit_kind; 0 = still running */
+	__s32 exit_cpu;		/* CPU that triggered the exit; -1 = unknown */
+	__s64 exit_code;	/* ZERNEL_ECODE_* bits and the user code */
+	char reason[128];
+	char msg[1024];
+};
+
+/* Opens the skeleton and prepares it for this kernel (nothing is loaded yet). */
+int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx **out, char *err,
+		    size_t errlen);
+/* Loads (verifies) the programs and creates the maps. */
+int zernel_scx_load(struct zernel_scx *s, char *err, size_t errlen);
+/* Attaches: from here on the kernel schedules with it, until the link is closed. */
+int zernel_scx_attach(struct zernel_scx *s, char *err, size_t errlen);
+/* Closes the struct_ops link (the kernel unloads the scheduler and records UNREG). Idempotent. */
+void zernel_scx_detach(struct zernel_scx *s);
+/* Detaches and frees everything. NULL is fine. */
+void zernel_scx_destroy(struct zernel_scx *s);
+
+int zernel_scx_map_fd(const struct zernel_scx *s, enum zernel_scx_map m);
+/* 1 when the scheduler has exited (out filled), 0 while it runs (or before attach). */
+int zernel_scx_exited(const struct zernel_scx *s, struct zernel_scx_exit *out);
+/* The debug dump the kernel wrote at an error exit ("" if none). */
+const char *zernel_scx_exit_dump(const struct zernel_scx *s);
+/* The name in sched_ext_ops.name, as /sys/kernel/sched_ext/root/ops shows it. */
+const char *zernel_scx_ops_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZERNEL_ENFORCE_SCX_SKEL_SHIM_H */

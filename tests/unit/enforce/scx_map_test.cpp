@@ -1,0 +1,280 @@
+// The sched_ext backend's pure parts (src/enforce/scx/*.hpp): decision -> map value translation,
+// "unchanged" detection, tenant values, exit kinds and restart advice, /sys/kernel/sched_ext
+// checks on fake trees, and the backend factory on a kernel without sched_ext. None of this
+// needs a sched_ext kernel; the VM tests (tests/vm/scx_*) cover the scheduler itself.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "enforce/backend.hpp"
+#include "enforce/scx/decision_map.hpp"
+#include "enforce/scx/exit_info.hpp"
+#include "enforce/scx/sysfs_state.hpp"
+#include "policy/decision.hpp"
+#include "policy/phase.hpp"
+
+#ifdef ZERNEL_HAVE_SCX
+#include "enforce/scx/scx_backend.hpp"
+#endif
+
+namespace zernel::enforce::scx {
+namespace {
+
+namespace fs = std::filesystem;
+
+policy::Decision sample() {
+  policy::Decision d;
+  d.pid = 4242;
+  d.phase = policy::Phase::nccl_collective;
+  d.preempt = true;
+  d.priority = 10;
+  d.weight = 9537;
+  d.latency_target_us = 50;
+  d.slice_ns = 10'000'000;
+  d.preferred_cpu = 3;
+  d.tenant = 7;
+  d.tenant_weight = 300;
+  return d;
+}
+
+// A fake sysfs root, removed at the end of the test.
+class FakeSys {
+ public:
+  FakeSys() {
+    root_ = fs::temp_directory_path() /
+            ("zernel-scx-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+    fs::create_directories(root_);
+  }
+  ~FakeSys() {
+    std::error_code ec;
+    fs::remove_all(root_, ec);
+  }
+  FakeSys(const FakeSys&) = delete;
+  FakeSys& operator=(const FakeSys&) = delete;
+  void write(const std::string& rel, const std::string& text) const {
+    fs::create_directories((root_ / rel).parent_path());
+    std::ofstream(root_ / rel) << text;
+  }
+  [[nodiscard]] const fs::path& root() const { return root_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path root_;
+};
+
+TEST(ScxDecisionMap, carries_every_field_of_the_decision) {
+  auto v = to_map_value(sample());
+  EXPECT_EQ(v.weight, 9537U);
+  EXPECT_EQ(v.tenant_weight, 300U);
+  EXPECT_EQ(v.slice_ns, 10'000'000U);
+  EXPECT_EQ(v.latency_target_us, 50U);
+  EXPECT_EQ(v.preferred_cpu, 3);
+  EXPECT_EQ(v.preferred_node, ZERNEL_NO_CPU);  // the BPF side takes the preferred CPU's node
+  EXPECT_EQ(v.tenant, 7U);
+  EXPECT_EQ(v.phase, ZERNEL_PHASE_NCCL_COLLECTIVE);
+  EXPECT_EQ(v.flags, ZERNEL_DF_PREEMPT);
+  EXPECT_EQ(v.__reserved, 0U);
+}
+
+TEST(ScxDecisionMap, a_default_decision_is_weight_1024_no_tenant_no_cpu_no_preempt) {
+  policy::Decision d;
+  d.pid = 1;
+  auto v = to_map_value(d);
+  EXPECT_EQ(v.weight, 1024U);
+  EXPECT_EQ(v.tenant, ZERNEL_NO_TENANT);
+  EXPECT_EQ(v.tenant_weight, 100U);
+  EXPECT_EQ(v.preferred_cpu, ZERNEL_NO_CPU);
+  EXPECT_EQ(v.flags, 0U);
+  EXPECT_EQ(v.latency_target_us, 0U);
+  EXPECT_EQ(v.slice_ns, 20'000'000U);
+  EXPECT_EQ(v.phase, ZERNEL_PHASE_UNKNOWN);
+}
+
+TEST(ScxDecisionMap, every_phase_maps_to_its_contract_value) {
+  for (auto p : policy::kAllPhases) {
+    policy::Decision d;
+    d.phase = p;
+    EXPECT_EQ(to_map_value(d).phase, policy::index_of(p)) << policy::phase_name(p);
+  }
+}
+
+TEST(ScxDecisionMap, clamps_weights_and_slices_to_the_contract_ranges) {
+  policy::Decision d;
+  d.weight = 0;
+  d.tenant_weight = 0;
+  d.slice_ns = 1;
+  auto lo = to_map_value(d);
+  EXPECT_EQ(lo.weight, std::uint32_t{ZERNEL_WEIGHT_MIN});
+  EXPECT_EQ(lo.tenant_weight, std::uint32_t{ZERNEL_TENANT_WEIGHT_MIN});
+  EXPECT_EQ(lo.slice_ns, kSliceMinNs);
+  d.weight = 10'000'000;
+  d.tenant_weight = 1'000'000;
+  d.slice_ns = 60'000'000'000ULL;
+  auto hi = to_map_value(d);
+  EXPECT_EQ(hi.weight, std::uint32_t{ZERNEL_WEIGHT_MAX});
+  EXPECT_EQ(hi.tenant_weight, std::uint32_t{ZERNEL_TENANT_WEIGHT_MAX});
+  EXPECT_EQ(hi.slice_ns, kSliceMaxNs);
+  d.slice_ns = 0;
+  EXPECT_EQ(to_map_value(d).slice_ns, 0U);  // 0 = the scheduler's default slice
+}
+
+TEST(ScxDecisionMap, out_of_range_tenant_slots_and_negative_cpus_mean_none) {
+  policy::Decision d;
+  d.tenant = ZERNEL_MAX_TENANTS;
+  d.preferred_cpu = -7;
+  auto v = to_map_value(d);
+  EXPECT_EQ(v.tenant, ZERNEL_NO_TENANT);
+  EXPECT_EQ(v.preferred_cpu, ZERNEL_NO_CPU);
+}
+
+TEST(ScxDecisionMap, same_value_sees_a_change_in_any_field) {
+  auto base = to_map_value(sample());
+  EXPECT_TRUE(same_value(base, to_map_value(sample())));
+  auto changed = [&](auto mutate) {
+    auto d = sample();
+    mutate(d);
+    return !same_value(base, to_map_value(d));
+  };
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.weight += 1; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.tenant_weight += 1; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.slice_ns += 1000; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.latency_target_us += 1; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.preferred_cpu = 4; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.tenant = 8; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.phase = policy::Phase::data_loading; }));
+  EXPECT_TRUE(changed([](policy::Decision& d) { d.preempt = false; }));
+  // Fields the kernel does not see do not count as changes.
+  EXPECT_FALSE(changed([](policy::Decision& d) { d.phase_changed = !d.phase_changed; }));
+  EXPECT_FALSE(changed([](policy::Decision& d) { d.priority += 1; }));
+}
+
+TEST(ScxDecisionMap, tenant_values_are_clamped_to_the_cpu_weight_range) {
+  EXPECT_EQ(tenant_value(300).weight, 300U);
+  EXPECT_EQ(tenant_value(0).weight, 1U);
+  EXPECT_EQ(tenant_value(50'000).weight, 10'000U);
+  EXPECT_EQ(tenant_value(300).__pad0, 0U);
+}
+
+TEST(ScxContract, layouts_match_on_the_cpp_side) {
+  EXPECT_EQ(sizeof(zernel_decision), 40U);
+  EXPECT_EQ(sizeof(zernel_tenant), 8U);
+  EXPECT_EQ(sizeof(zernel_tenant_load), 16U);
+  EXPECT_EQ(sizeof(zernel_task_ctx), 80U);
+  EXPECT_EQ(ZERNEL_MAX_TASKS, 65536);
+}
+
+TEST(ScxExit, names_every_kernel_exit_kind) {
+  EXPECT_EQ(exit_kind_name(ZERNEL_EXIT_UNREG), "UNREG");
+  EXPECT_EQ(exit_kind_name(ZERNEL_EXIT_SYSRQ), "SYSRQ");
+  EXPECT_EQ(exit_kind_name(ZERNEL_EXIT_ERROR_BPF), "ERROR_BPF");
+  EXPECT_EQ(exit_kind_name(ZERNEL_EXIT_ERROR_STALL), "ERROR_STALL");
+  EXPECT_EQ(exit_kind_name(12345), "UNKNOWN");
+}
+
+TEST(ScxExit, the_kernels_restart_request_means_restart_now) {
+  auto code = static_cast<std::int64_t>(ZERNEL_ECODE_ACT_RESTART | ZERNEL_ECODE_RSN_HOTPLUG);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_UNREG_KERN, code), RestartAdvice::restart);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_UNREG_BPF, code), RestartAdvice::restart);
+}
+
+TEST(ScxExit, errors_and_stalls_advise_a_restart_with_backoff) {
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_ERROR, 0), RestartAdvice::restart_with_backoff);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_ERROR_BPF, 0), RestartAdvice::restart_with_backoff);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_ERROR_STALL, 0), RestartAdvice::restart_with_backoff);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_UNREG_KERN, 0), RestartAdvice::restart_with_backoff);
+}
+
+TEST(ScxExit, deliberate_unloads_advise_no_restart) {
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_UNREG, 0), RestartAdvice::none);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_UNREG_BPF, 0), RestartAdvice::none);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_SYSRQ, 0), RestartAdvice::none);
+  EXPECT_EQ(restart_advice(ZERNEL_EXIT_DONE, 0), RestartAdvice::none);
+}
+
+TEST(ScxExit, every_counter_has_a_distinct_name) {
+  std::set<std::string_view> names(kStatNames.begin(), kStatNames.end());
+  EXPECT_EQ(names.size(), std::size_t{ZERNEL_STAT_NR});
+  EXPECT_EQ(names.count(""), 0U);
+  EXPECT_EQ(kStatNames[ZERNEL_STAT_KICK_PREEMPT], "kick_preempt");
+  EXPECT_EQ(kStatNames[ZERNEL_STAT_RUN_NS_UNDECIDED], "run_ns_undecided");
+}
+
+TEST(ScxSysfs, a_kernel_without_sched_ext_is_not_supported) {
+  FakeSys sys;
+  auto r = check_sched_ext_free(sys.root());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), ENOTSUP);
+  EXPECT_NE(r.error().message().find("CONFIG_SCHED_CLASS_EXT"), std::string::npos);
+}
+
+TEST(ScxSysfs, a_disabled_sched_ext_is_free) {
+  FakeSys sys;
+  sys.write("kernel/sched_ext/state", "disabled\n");
+  EXPECT_TRUE(check_sched_ext_free(sys.root()));
+  auto s = read_sysfs_state(sys.root());
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->state, "disabled");
+  EXPECT_EQ(s->ops, "");
+}
+
+TEST(ScxSysfs, another_loaded_scheduler_is_reported_by_name) {
+  FakeSys sys;
+  sys.write("kernel/sched_ext/state", "enabled\n");
+  sys.write("kernel/sched_ext/root/ops", "scx_simple\n");
+  auto r = check_sched_ext_free(sys.root());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), EBUSY);
+  EXPECT_NE(r.error().message().find("scx_simple"), std::string::npos);
+  EXPECT_NE(r.error().message().find("enabled"), std::string::npos);
+}
+
+TEST(BackendFactory, auto_falls_back_to_observe_without_sched_ext) {
+  if (fs::exists("/sys/kernel/sched_ext/state")) {
+    GTEST_SKIP() << "this kernel has sched_ext: auto would load the scheduler";
+  }
+  auto b = make_backend("auto");
+  ASSERT_TRUE(b) << b.error().message();
+  EXPECT_EQ(b.value()->name(), "observe");
+}
+
+TEST(BackendFactory, sched_ext_without_kernel_support_is_a_clear_error) {
+  if (fs::exists("/sys/kernel/sched_ext/state")) {
+    GTEST_SKIP() << "this kernel has sched_ext";
+  }
+  auto b = make_backend("sched_ext");
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), ENOTSUP);
+}
+
+#ifdef ZERNEL_HAVE_SCX
+TEST(ScxBackend, create_fails_cleanly_on_a_kernel_without_sched_ext) {
+  FakeSys sys;
+  Options o;
+  o.sys_root = sys.root();
+  auto b = ScxBackend::create(o);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), ENOTSUP);
+  EXPECT_NE(b.error().message().find("loading the sched_ext scheduler"), std::string::npos);
+}
+
+TEST(ScxBackend, create_refuses_when_another_scheduler_is_loaded) {
+  FakeSys sys;
+  sys.write("kernel/sched_ext/state", "enabled\n");
+  sys.write("kernel/sched_ext/root/ops", "rusty\n");
+  Options o;
+  o.sys_root = sys.root();
+  auto b = ScxBackend::create(o);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().code(), EBUSY);
+  EXPECT_NE(b.error().message().find("rusty"), std::string::npos);
+}
+#endif
+
+}  // namespace
+}  // namespace zernel::enforce::scx

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# vm.scx_attach, one VM boot: (a) the zernel scheduler attaches (the verifier accepts it; state
+# enabled, root/ops zernel, full and partial switch) and detaches cleanly; the kernel's ejections
+# (scx_bpf_error, sysrq-S) are reported with their kind and restart advice; (d) kill -9 of the
+# driver returns every task to the default scheduler within 2 s. The guest side is scx_guest.sh;
+# results are its "@@" lines. Needs build/bin/zernel-scx-driver (-DZERNEL_BPF=ON).
+# docs/sched-ext.md has the figures.
+set -euo pipefail
+here=$(dirname "$(realpath "$0")")
+build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
+[ -x "$build/bin/zernel-scx-driver" ] ||
+  { echo "vm.scx_attach: no $build/bin/zernel-scx-driver (-DZERNEL_BPF=ON)" >&2; exit 1; }
+exec "$here/run-in-vm.sh" --add "$here/scx_guest.sh" -- \
+  sh "$here/scx_guest.sh" attach eject_fail kill9
