@@ -9,6 +9,8 @@ packages=(
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
   valgrind python3
+  # used by the integration tests: HTTP scrapes, socket checks, uid switching, CPU pinning
+  curl iproute2 util-linux
   # A real Prometheus server and promtool scrape /metrics (tests/integration/prometheus_test.sh).
   prometheus
   # BPF toolchain (cmake/Bpf.cmake): clang for -target bpf; libbpf and bpftool are built from the
