@@ -179,6 +179,7 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
     const std::uint64_t t0 = monotonic_now_ns();
     if (++n % poll_every == 0) poll_processes(now);
     sample_signals(now);
+    maybe_restart_backend(now);
     decide(now);
     last_decision_ns_ = monotonic_now_ns() - t0;
     decision_latency_.observe(last_decision_ns_);
@@ -345,8 +346,58 @@ void Daemon::decide(std::uint64_t now_ns) {
   }
   if (auto r = backend_->apply(decisions_); !r) {
     count_error("backend");
-    spdlog::error("{} backend: {}", backend_->name(), r.error().message());
+    if (r.error().code() == ECANCELED) {
+      handle_backend_failure(now_ns);
+    } else {
+      spdlog::error("{} backend: {}", backend_->name(), r.error().message());
+    }
   }
+}
+
+// The kernel ended our scheduler (sched_ext: a watchdog stall, scx_bpf_error, sysrq-S, hotplug).
+// The machine is already back on the default scheduler; we observe at once and, when the exit
+// asks for it, load the backend again: at once for a restart request, else after 1, 2, 4, 8 and
+// 16 s. After kMaxBackendRestarts failures we stay in observe mode and say so.
+void Daemon::handle_backend_failure(std::uint64_t now_ns) {
+  const std::string name(backend_->name());
+  const enforce::Backend::Retry retry = backend_->retry_after_failure();
+  spdlog::error("{} backend: the kernel ended the scheduler: {}", name,
+                backend_->failure_summary());
+  if (auto r = backend_->shutdown(); !r) spdlog::error("{}: {}", name, r.error().message());
+  backend_ = std::make_unique<enforce::ObserveBackend>();
+  failed_backend_ = name;
+  if (retry == enforce::Backend::Retry::no || backend_restarts_ >= kMaxBackendRestarts) {
+    spdlog::error("{} backend: not restarting ({}); observing only from now on", name,
+                  retry == enforce::Backend::Retry::no ? "the exit does not ask for it"
+                                                       : "too many restarts");
+    restart_at_ns_ = 0;
+    return;
+  }
+  const std::uint64_t delay =
+      retry == enforce::Backend::Retry::now ? 0 : 1'000'000'000ULL << backend_restarts_;
+  restart_at_ns_ = std::max<std::uint64_t>(now_ns + delay, 1);
+  spdlog::warn("{} backend: observing only; loading it again in {} ms (restart {} of {})", name,
+               delay / 1'000'000, backend_restarts_ + 1, kMaxBackendRestarts);
+}
+
+void Daemon::maybe_restart_backend(std::uint64_t now_ns) {
+  if (restart_at_ns_ == 0 || now_ns < restart_at_ns_) return;
+  restart_at_ns_ = 0;
+  ++backend_restarts_;
+  auto b = enforce::make_backend(failed_backend_);
+  if (!b) {
+    spdlog::error("{} backend: restart failed: {}", failed_backend_, b.error().message());
+    if (backend_restarts_ < kMaxBackendRestarts) {
+      restart_at_ns_ = now_ns + (1'000'000'000ULL << backend_restarts_);
+    } else {
+      spdlog::error("{} backend: observing only from now on", failed_backend_);
+    }
+    return;
+  }
+  (void)backend_->shutdown();
+  backend_ = std::move(*b);
+  spdlog::info("{} backend: loaded again (restart {} of {})", backend_->name(), backend_restarts_,
+               kMaxBackendRestarts);
 }
 
 void Daemon::publish(std::uint64_t now_ns) {

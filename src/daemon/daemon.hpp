@@ -96,6 +96,12 @@ class Daemon {
   void refresh_gpu_utilization();
   void sample_signals(std::uint64_t now_ns);
   void decide(std::uint64_t now_ns);
+  void handle_backend_failure(std::uint64_t now_ns);
+  void maybe_restart_backend(std::uint64_t now_ns);
+  static constexpr std::uint32_t kMaxBackendRestarts = 5;
+  std::string failed_backend_;       // the backend to load again
+  std::uint64_t restart_at_ns_ = 0;  // 0: no restart pending
+  std::uint32_t backend_restarts_ = 0;
   std::optional<float> worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   void drop(std::uint32_t pid);

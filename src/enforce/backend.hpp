@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "common/result.hpp"
@@ -27,6 +28,13 @@ class Backend {
   virtual void forget(std::uint32_t pid) = 0;
   // Restores everything changed; called on exit and on SIGINT/SIGTERM. Idempotent.
   virtual Result<void> shutdown() = 0;
+
+  // After apply() failed with ECANCELED (the kernel ejected the backend's scheduler): whether
+  // the exit asks for a reload (now, or after a backoff) rather than giving up on this backend,
+  // and a one-line description of the exit for the log.
+  enum class Retry : std::uint8_t { no, now, with_backoff };
+  [[nodiscard]] virtual Retry retry_after_failure() { return Retry::no; }
+  [[nodiscard]] virtual std::string failure_summary() { return {}; }
 };
 
 // The observe-only backend: counts what it is given and changes nothing.

@@ -404,4 +404,22 @@ Result<void> ScxBackend::shutdown() {
   return Ok{};
 }
 
+Backend::Retry ScxBackend::retry_after_failure() {
+  const auto exit = exit_info();
+  if (!exit) return Retry::no;
+  switch (restart_advice(exit->kind, exit->code)) {
+    case RestartAdvice::restart: return Retry::now;
+    case RestartAdvice::restart_with_backoff: return Retry::with_backoff;
+    case RestartAdvice::none: break;
+  }
+  return Retry::no;
+}
+
+std::string ScxBackend::failure_summary() {
+  const auto exit = exit_info();
+  if (!exit) return "no exit recorded";
+  return std::string(exit_kind_name(exit->kind)) + " (" + exit->reason +
+         (exit->message.empty() ? "" : ": " + exit->message) + ")";
+}
+
 }  // namespace zernel::enforce::scx

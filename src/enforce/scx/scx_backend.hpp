@@ -78,6 +78,9 @@ class ScxBackend final : public Backend {
   // Detaches (the kernel records UNREG) and restores partial-mode tasks. Idempotent. The exit
   // info and the counters stay readable afterwards.
   Result<void> shutdown() override;
+  // From exit_info() and restart_advice().
+  [[nodiscard]] Retry retry_after_failure() override;
+  [[nodiscard]] std::string failure_summary() override;
 
   // How the scheduler ended, once it has (ejected by the kernel, or after shutdown()).
   [[nodiscard]] std::optional<ExitInfo> exit_info();
