@@ -49,6 +49,7 @@ MainThreadWait parse_syscall_file(std::string_view text) {
 }
 
 std::optional<SchedStat> parse_schedstat(std::string_view text) {
+  if (!text.ends_with('\n')) return std::nullopt;  // cut short (the kernel ends the line)
   SchedStat st;
   std::uint64_t* fields[] = {&st.run_ns, &st.wait_ns, &st.timeslices};
   const char* p = text.data();

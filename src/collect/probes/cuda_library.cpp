@@ -1,5 +1,7 @@
 #include "collect/probes/cuda_library.hpp"
 
+#include "collect/wait_state.hpp"
+
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
@@ -128,12 +130,8 @@ Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
 }
 
 std::optional<std::uint64_t> parse_schedstat_runtime(std::string_view text) {
-  if (!text.ends_with('\n')) return std::nullopt;  // cut short
-  const auto end = text.find_first_of(" \n");
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + end, v);
-  if (ec != std::errc() || p != text.data() + end || end == 0) return std::nullopt;
-  return v;
+  if (auto st = parse_schedstat(text)) return st->run_ns;
+  return std::nullopt;
 }
 
 }  // namespace zernel::collect::probes

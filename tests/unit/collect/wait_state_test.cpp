@@ -70,7 +70,8 @@ TEST(SchedStat, parses_the_three_fields) {
 }
 
 TEST(SchedStat, rejects_truncated_or_garbled_text) {
-  for (const char* bad : {"", "1 2", "a b c", "1 2 3x", "99999999999999999999999 1 1"}) {
+  for (const char* bad : {"", "1 2", "a b c", "1 2 3x", "99999999999999999999999 1 1",
+                          "1 2 3"}) {
     EXPECT_FALSE(parse_schedstat(bad).has_value()) << bad;
   }
 }
