@@ -65,7 +65,7 @@ grep -q '^CONFIG_SCHED_CLASS_EXT=y' "$k/config" ||
 found=
 for off in $(LC_ALL=C grep -aboP '\x28\xb5\x2f\xfd' "$k/vmlinuz" | cut -d: -f1); do
   tail -c +$((off + 1)) "$k/vmlinuz" | zstd -dcq > "$k/vmlinux" 2>/dev/null || true
-  if readelf -S "$k/vmlinux" 2>/dev/null | grep -q '\.BTF'; then found=1; break; fi
+  if readelf -S "$k/vmlinux" 2>/dev/null | grep '\.BTF' >/dev/null; then found=1; break; fi
 done
 [ -n "$found" ] || { rm -f "$k/vmlinux"; echo "error: no zstd vmlinux with BTF in vmlinuz" >&2; exit 1; }
 

@@ -71,7 +71,7 @@ else
 fi
 
 # Without a driver (no libnvidia-ml.so.1 on this machine), NVML says why.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml.so.1 '; then
+if ! ldconfig -p 2>/dev/null | grep 'libnvidia-ml.so.1 ' >/dev/null; then
   check "no driver: NVML says why" "grep -q '^NVML: *not available: libnvidia-ml.so.1 not found' $tmp/info.txt"
 fi
 

@@ -48,7 +48,7 @@ TOML
 "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe "${emulated[@]}" \
   --control-socket "" > "$tmp/daemon.log" 2>&1 &
 daemon_pid=$!
-if ! kill -0 "$daemon_pid" 2>/dev/null || ! "$BIN/zernel-scheduler" --help 2>&1 | grep -q -- --control-socket; then
+if ! kill -0 "$daemon_pid" 2>/dev/null || ! "$BIN/zernel-scheduler" --help 2>&1 | grep -- --control-socket >/dev/null; then
   # A build without the control socket option: start it without.
   kill -KILL "$daemon_pid" 2>/dev/null
   wait "$daemon_pid" 2>/dev/null

@@ -82,7 +82,7 @@ if [[ ! -f $FAKE_LIB ]]; then
 fi
 
 # Without the emulated GPU and without a driver: a clear error naming --emulated-gpu.
-if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1 ' >/dev/null; then
   expect 1 'emulated-gpu' -- "$BIN" --steps 1
 fi
 expect 1 'ZERNEL_FAKE_LIB_DIR' -- env ZERNEL_FAKE_LIB_DIR="$tmp/nowhere" "$BIN" --emulated-gpu --steps 1
