@@ -137,7 +137,9 @@ int run(int argc, char** argv) {
   app.add_flag("--demo", args.demo,
                "Run a simulated training process through the real engine and print each decision");
   app.add_option("--backend", args.backend,
-                 "Enforcement backend: auto, sched_ext, userspace or observe")
+                 "Enforcement backend: sched_ext (the BPF scheduler), userspace (nice, cgroup "
+                 "CPU weights and affinity; needs root), observe (change nothing) or auto "
+                 "(sched_ext where the kernel has it, else userspace, else observe)")
       ->check(CLI::IsMember({"auto", "sched_ext", "userspace", "observe"}))
       ->capture_default_str();
   app.add_option("--phase-log", args.phase_log,

@@ -58,7 +58,7 @@ json sched_ext_info(const fs::path& sys) {
   if (!fs::is_directory(dir, ec)) {
     return {{"supported", false},
             {"reason", fmt::format("no {}: the kernel lacks CONFIG_SCHED_CLASS_EXT (--backend "
-                                   "auto observes only here)",
+                                   "auto uses the userspace backend here)",
                                    dir.string())}};
   }
   json j = {{"supported", true}};

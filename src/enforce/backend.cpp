@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
+
+#include "enforce/userspace/userspace_backend.hpp"
 
 #ifdef ZERNEL_HAVE_SCX
 #include "enforce/scx/scx_backend.hpp"
@@ -14,34 +17,54 @@ namespace {
 
 std::unique_ptr<Backend> observe() { return std::make_unique<ObserveBackend>(); }
 
+Result<std::unique_ptr<Backend>> userspace_backend() {
+  userspace::UserspaceOptions opts;
+  if (const char* p = std::getenv(kUserspaceJournalEnv); p != nullptr && *p != '\0') {
+    opts.journal_path = p;
+  }
+  if (const char* n = std::getenv(kUserspaceCgroupEnv); n != nullptr && *n != '\0') {
+    opts.cgroup_name = n;
+  }
+  auto b = userspace::UserspaceBackend::create(std::move(opts));
+  if (!b) return b.error();
+  return std::unique_ptr<Backend>(std::move(b.value()));
+}
+
+// auto without sched_ext: the userspace backend, else (no privileges, journal of a running
+// daemon) observe, saying why.
+std::unique_ptr<Backend> userspace_or_observe() {
+  auto u = userspace_backend();
+  if (u) return std::move(u.value());
+  spdlog::warn("backend auto: {}; observing only", u.error().message());
+  return observe();
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind) {
   if (kind == "observe") return observe();
+  if (kind == "userspace") return userspace_backend();
   if (kind == "sched_ext" || kind == "auto") {
 #ifdef ZERNEL_HAVE_SCX
-    // auto: sched_ext when the kernel has it and our scheduler loads, else observe (the
-    // userspace backend is not in this build yet).
+    // auto: sched_ext when the kernel has it and our scheduler loads, else the userspace backend.
     if (kind == "auto" && !std::filesystem::exists("/sys/kernel/sched_ext/state")) {
-      spdlog::info("backend auto: this kernel has no sched_ext; observing only");
-      return observe();
+      spdlog::info("backend auto: this kernel has no sched_ext; using the userspace backend");
+      return userspace_or_observe();
     }
     auto scx = scx::ScxBackend::create();
     if (scx) return std::unique_ptr<Backend>(std::move(scx.value()));
     if (kind == "sched_ext") return scx.error();
-    spdlog::warn("backend auto: {}; observing only", scx.error().message());
-    return observe();
+    spdlog::warn("backend auto: {}; using the userspace backend", scx.error().message());
+    return userspace_or_observe();
 #else
-    if (kind == "auto") return observe();
+    if (kind == "auto") {
+      spdlog::info("backend auto: sched_ext is not in this build; using the userspace backend");
+      return userspace_or_observe();
+    }
     return Error(ENOTSUP,
                  "backend \"sched_ext\" is not in this build (configured with -DZERNEL_BPF=OFF; "
-                 "available: observe, auto)");
+                 "available: userspace, observe, auto)");
 #endif
-  }
-  if (kind == "userspace") {
-    return Error(ENOTSUP,
-                 "backend \"userspace\" is not available in this build (available: "
-                 "sched_ext, observe, auto)");
   }
   return Error("unknown backend \"" + std::string(kind) +
                "\" (valid: auto, sched_ext, userspace, observe)");

@@ -58,9 +58,17 @@ class ObserveBackend final : public Backend {
 namespace zernel::enforce {
 
 // The backend for --backend KIND: "sched_ext" (the BPF scheduler; an error naming why when the
-// kernel lacks sched_ext, another scheduler is loaded, or the build has no BPF), "observe", or
-// "auto" (sched_ext where it loads, else observe). "userspace" is an error until that backend is
-// built.
+// kernel lacks sched_ext, another scheduler is loaded, or the build has no BPF), "userspace"
+// (nice, cgroup CPU weights, affinity; an error without root/CAP_SYS_NICE or while another
+// daemon's journal is live), "observe", or "auto" (sched_ext where it loads, else userspace,
+// else observe, saying why).
+//
+// The userspace backend's journal path and cgroup subtree name may be overridden (tests, a
+// private instance) with these environment variables; defaults /run/zernel/userspace.journal and
+// "zernel".
+inline constexpr const char* kUserspaceJournalEnv = "ZERNEL_USERSPACE_JOURNAL";
+inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
+
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind);
 
 }  // namespace zernel::enforce

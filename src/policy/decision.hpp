@@ -27,6 +27,7 @@ struct Decision {
   std::int32_t preferred_cpu = kNoCpu;
   std::uint16_t tenant = kNoTenant;
   std::uint32_t tenant_weight = 100;  // cgroup cpu.weight scale
+  std::int32_t gpu_id = kNoGpu;       // the GPU the task is bound to (kNoGpu: none)
 
   [[nodiscard]] std::optional<std::uint32_t> latency_target() const {
     if (latency_target_us == 0) return std::nullopt;

@@ -78,6 +78,7 @@ void Engine::schedule_all(std::uint64_t now_ns, std::vector<Decision>& out) {
 Decision Engine::decide(TaskState& s, std::uint64_t now_ns) {
   Decision d;
   d.pid = s.pid;
+  d.gpu_id = s.gpu_id;
   const Phase phase = detector_.detect(s);
   if (phase != s.current_phase) {
     s.transition_phase(phase, now_ns);

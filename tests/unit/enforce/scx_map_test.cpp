@@ -234,13 +234,21 @@ TEST(ScxSysfs, another_loaded_scheduler_is_reported_by_name) {
   EXPECT_NE(r.error().message().find("enabled"), std::string::npos);
 }
 
-TEST(BackendFactory, auto_falls_back_to_observe_without_sched_ext) {
+// Without sched_ext, auto takes the userspace backend (root or CAP_SYS_NICE), else observes.
+TEST(BackendFactory, auto_falls_back_to_userspace_without_sched_ext) {
   if (fs::exists("/sys/kernel/sched_ext/state")) {
     GTEST_SKIP() << "this kernel has sched_ext: auto would load the scheduler";
   }
+  const fs::path dir = fs::temp_directory_path() / ("zernel-auto-" + std::to_string(::getpid()));
+  ::setenv(kUserspaceJournalEnv, (dir / "journal").c_str(), 1);
+  ::setenv(kUserspaceCgroupEnv, ("zernel-auto-" + std::to_string(::getpid())).c_str(), 1);
   auto b = make_backend("auto");
+  ::unsetenv(kUserspaceJournalEnv);
+  ::unsetenv(kUserspaceCgroupEnv);
   ASSERT_TRUE(b) << b.error().message();
-  EXPECT_EQ(b.value()->name(), "observe");
+  EXPECT_EQ(b.value()->name(), ::geteuid() == 0 ? "userspace" : "observe");
+  EXPECT_TRUE(b.value()->shutdown());
+  fs::remove_all(dir);
 }
 
 TEST(BackendFactory, sched_ext_without_kernel_support_is_a_clear_error) {

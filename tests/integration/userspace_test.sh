@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# The userspace backend on real processes: the daemon (--backend userspace --emulated-gpu) renices
+# the threads of a zernel-workload job and leaves an untracked process alone; a process assigned
+# to a config tenant moves into that tenant's cpu cgroup with the tenant's weight; SIGTERM puts
+# every nice, affinity and cgroup back; after kill -9 the values stay changed and the next start
+# restores them from the journal and says so in its log.
+# A private journal and cgroup subtree (ZERNEL_USERSPACE_JOURNAL, ZERNEL_USERSPACE_CGROUP) keep it
+# apart from a daemon that may run on this machine.
+set -uo pipefail
+BIN=${ZERNEL_BIN:-build/bin}
+tmp=$(mktemp -d)
+export ZERNEL_FAKE_GPU_SHM="/zernel-userspace-test-$$"
+export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
+export ZERNEL_USERSPACE_CGROUP="zernel-test-$$"
+daemon_pid=""
+pids=()
+cleanup() {
+  [[ -n $daemon_pid ]] && kill -KILL "$daemon_pid" 2>/dev/null
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  # Whatever a failed run left: members back to the root group, then the groups.
+  if [[ -n ${cgdir:-} && -d $cgdir/$ZERNEL_USERSPACE_CGROUP ]]; then
+    for g in "$cgdir/$ZERNEL_USERSPACE_CGROUP"/tenant-*; do
+      [[ -d $g ]] || continue
+      while read -r p; do echo "$p" > "$cgdir/cgroup.procs" 2>/dev/null; done < "$g/cgroup.procs"
+      rmdir "$g" 2>/dev/null
+    done
+    rmdir "$cgdir/$ZERNEL_USERSPACE_CGROUP" 2>/dev/null
+  fi
+  rm -rf "$tmp"
+  rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
+}
+trap cleanup EXIT
+failures=0
+passed=0
+pass() { passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { if eval "$2"; then pass; else fail "$1"; fi; }
+# Polls a condition for up to $1 seconds.
+wait_for() {
+  local limit=$1
+  shift
+  for _ in $(seq $((limit * 10))); do
+    eval "$*" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "SKIP: needs root (nice below 0, cgroups, the control socket)"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libnvidia-ml.so.1 ]]; then
+  echo "SKIP: zernel-workload or the emulated GPU is not built"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+# The cpu hierarchy, as the backend finds it: cgroup2 with the cpu controller, else v1 "cpu".
+cgdir=""
+cgver=""
+while read -r _ _ _ _ mnt _ rest; do
+  fstype=${rest#*- }
+  fstype=${fstype%% *}
+  if [[ $fstype == cgroup2 ]] && grep -qw cpu "$mnt/cgroup.controllers" 2>/dev/null; then
+    cgdir=$mnt cgver=v2
+    break
+  fi
+  if [[ $fstype == cgroup && -z $cgdir && ${rest##* } =~ (^|,)cpu(,|$) ]]; then
+    cgdir=$mnt cgver=v1
+  fi
+done < /proc/self/mountinfo
+if [[ -z $cgdir ]]; then
+  echo "SKIP: no cpu cgroup hierarchy is mounted"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+cpu_path() {  # the cpu cgroup path of pid $1
+  if [[ $cgver == v2 ]]; then sed -n 's/^0:://p' "/proc/$1/cgroup"
+  else awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$1/cgroup"; fi
+}
+weight_file=cpu.shares
+[[ $cgver == v2 ]] && weight_file=cpu.weight
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat > "$tmp/config.toml" <<TOML
+[general]
+phase_eval_interval_ms = 100
+gpu_poll_interval_ms = 200
+
+[telemetry]
+metrics_port = $port
+
+[multi_tenant]
+enabled = true
+
+[[tenants]]
+id = "big"
+gpus = 6
+class = "training"
+
+[[tenants]]
+id = "small"
+gpus = 2
+class = "background"
+TOML
+# big: 6 of 8 GPUs among 2 tenants -> weight 1.5 -> cpu.weight 150, cpu.shares 1536.
+expect_weight=1536
+[[ $cgver == v2 ]] && expect_weight=150
+
+# The job runs at nice 3 so that "restored" is distinguishable from "reset to 0".
+nice -n 3 "$BIN/zernel-workload" --emulated-gpu --ranks 1 --workers 1 --steps 100000 \
+  --data-ms 40 --gpu-ms 60 --nccl-ms 0 --optimizer-ms 10 > "$tmp/workload.json" 2>&1 &
+wl=$!
+pids+=("$wl")
+sleep 300 &
+untracked=$!
+pids+=("$untracked")
+nice -n 1 sleep 300 &
+member=$!
+pids+=("$member")
+member_cg_before=$(cpu_path "$member")
+untracked_cg_before=$(cpu_path "$untracked")
+
+# The job's processes (the launcher and its descendants) and all their threads.
+job_tids() {
+  local p
+  for p in $wl $(pgrep -P "$wl") $(for c in $(pgrep -P "$wl"); do pgrep -P "$c"; done); do
+    ls "/proc/$p/task" 2>/dev/null
+  done
+}
+nice_of() { awk '{print $19}' "/proc/$1/stat" 2>/dev/null; }
+# "tid nice affinity" for every thread of the job, sorted.
+job_state() {
+  local t
+  for t in $(job_tids); do
+    echo "$t $(awk '{print $19}' "/proc/$t/stat" 2>/dev/null) $(taskset -pc "$t" 2>/dev/null | sed 's/.*: //')"
+  done | sort -n
+}
+any_job_thread_reniced() {
+  local t n
+  for t in $(job_tids); do
+    n=$(awk '{print $19}' "/proc/$t/stat" 2>/dev/null) || continue
+    [[ -n $n && $n != 3 ]] && return 0
+  done
+  return 1
+}
+all_job_threads_at() {
+  local t n
+  for t in $(job_tids); do
+    n=$(awk '{print $19}' "/proc/$t/stat" 2>/dev/null) || continue
+    [[ -z $n || $n == "$1" ]] || return 1
+  done
+  return 0
+}
+wait_for 10 "[[ \$(job_tids | wc -l) -ge 3 ]]"
+# shellcheck disable=SC2034 # used inside the check strings
+state_before=$(job_state)
+check "the job's threads start at nice 3" "all_job_threads_at 3"
+
+start_daemon() {  # extra arguments: --emulated-gpu or nothing
+  "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend userspace "$@" \
+    --control-socket "$tmp/ctl.sock" > "$tmp/daemon$runs.log" 2>&1 &
+  daemon_pid=$!
+  wait_for 10 "[[ -S $tmp/ctl.sock ]]"
+}
+assign_member() {
+  "$BIN/zernel-scheduler" tenant assign --pid "$member" --tenant big --socket "$tmp/ctl.sock" \
+    > "$tmp/assign$runs.txt" 2>&1
+}
+in_group() { [[ $(cpu_path "$member") == */$ZERNEL_USERSPACE_CGROUP/tenant-* ]]; }
+
+# ---- run 1: changes while it runs, all back after SIGTERM ----
+runs=1
+start_daemon --emulated-gpu
+check "daemon 1 says it enforces with the userspace backend" \
+  "grep -q 'enforcement backend: userspace' $tmp/daemon1.log"
+check "the job's threads are reniced while the daemon runs" "wait_for 20 any_job_thread_reniced"
+assign_member
+rc=$?
+check "tenant assign exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+check "the assigned process moves into the tenant's cgroup" "wait_for 10 in_group"
+group_dir="$cgdir$(cpu_path "$member")"
+check "the tenant's group has $weight_file $expect_weight (got $(cat "$group_dir/$weight_file" 2>/dev/null))" \
+  "[[ \$(cat $group_dir/$weight_file) == $expect_weight ]]"
+# training class +5 on an Unknown-phase task: priority 5 -> nice -5.
+check "the assigned process runs at nice -5 (got $(nice_of "$member"))" \
+  "wait_for 5 '[[ \$(nice_of $member) == -5 ]]'"
+check "the untracked process keeps nice 0" "[[ \$(nice_of $untracked) == 0 ]]"
+check "the untracked process keeps its cgroup" "[[ \$(cpu_path $untracked) == '$untracked_cg_before' ]]"
+check "the journal exists while the daemon runs" "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"
+
+# The tenant's share is the group's, whatever its process count: one CPU hog in "big" (6 GPUs)
+# against three in "small" (2 GPUs), all on one CPU, share it 3:1 (by nice alone: 1:3).
+if [[ $(nproc) -ge 2 ]]; then
+  hogs=()
+  for _ in 1 2 3 4; do
+    taskset -c 1 sh -c 'while :; do :; done' > /dev/null 2>&1 &
+    hogs+=("$!")
+  done
+  h1=${hogs[0]} h2=${hogs[1]} h3=${hogs[2]} h4=${hogs[3]}
+  pids+=("$h1" "$h2" "$h3" "$h4")
+  "$BIN/zernel-scheduler" tenant assign --pid "$h1" --tenant big --socket "$tmp/ctl.sock" \
+    > /dev/null || fail "tenant assign of hog $h1"
+  for h in $h2 $h3 $h4; do
+    "$BIN/zernel-scheduler" tenant assign --pid "$h" --tenant small --socket "$tmp/ctl.sock" \
+      > /dev/null || fail "tenant assign of hog $h"
+  done
+  hogs_in_groups() {
+    local h
+    for h in $h1 $h2 $h3 $h4; do [[ $(cpu_path "$h") == */tenant-* ]] || return 1; done
+  }
+  check "the hogs are in their tenants' groups" "wait_for 10 hogs_in_groups"
+  ticks() { local t=0 h; for h in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$h/stat"))); done; echo $t; }
+  b0=$(ticks "$h1"); s0=$(ticks "$h2" "$h3" "$h4")
+  sleep 6
+  b1=$(ticks "$h1"); s1=$(ticks "$h2" "$h3" "$h4")
+  big=$((b1 - b0)) small=$((s1 - s0))
+  ratio=$((small > 0 ? big * 100 / small : 0))
+  echo "tenant CPU on one CPU over 6 s: big (1 hog) $big ticks, small (3 hogs) $small ticks, ratio $ratio/100"
+  check "tenants with 6 and 2 GPUs share a CPU about 3:1 (got $ratio/100, want 220..400)" \
+    "[[ $ratio -ge 220 && $ratio -le 400 ]]"
+  kill -KILL "$h1" "$h2" "$h3" "$h4" 2>/dev/null
+  wait "$h1" "$h2" "$h3" "$h4" 2>/dev/null  # reaped: no zombie keeps a group busy
+fi
+
+kill -TERM "$daemon_pid"
+wait "$daemon_pid"
+rc=$?
+daemon_pid=""
+check "daemon 1 exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+check "after SIGTERM every job thread is back at nice 3" "all_job_threads_at 3"
+check "after SIGTERM the job's nice and affinity are as before" "[[ \"\$(job_state)\" == \"\$state_before\" ]]"
+check "after SIGTERM the assigned process is back at nice 1" "[[ \$(nice_of $member) == 1 ]]"
+check "after SIGTERM the assigned process is back in its cgroup" \
+  "[[ \$(cpu_path $member) == '$member_cg_before' ]]"
+check "after SIGTERM the tenant groups are removed" "[[ ! -e $cgdir/$ZERNEL_USERSPACE_CGROUP ]]"
+check "after SIGTERM the journal is removed" "[[ ! -e $ZERNEL_USERSPACE_JOURNAL ]]"
+check "daemon 1 logs the restore" "grep -q 'restored the original nice, affinity and cgroup' $tmp/daemon1.log"
+
+# ---- run 2: kill -9 leaves the values changed ----
+runs=2
+rm -f "$tmp/ctl.sock"
+start_daemon --emulated-gpu
+check "daemon 2 renices the job again" "wait_for 20 any_job_thread_reniced"
+assign_member
+check "daemon 2 moves the assigned process again" "wait_for 10 in_group"
+wait_for 5 "[[ \$(nice_of $member) == -5 ]]"
+kill -KILL "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null
+daemon_pid=""
+check "after kill -9 the job stays reniced" "any_job_thread_reniced"
+check "after kill -9 the assigned process stays in the tenant group" "in_group"
+check "after kill -9 the journal is left behind" "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"
+
+# ---- run 3: the next start restores from the journal. Without --emulated-gpu it finds no GPU
+# process, so what we see afterwards is the restore alone.
+runs=3
+rm -f "$tmp/ctl.sock"
+start_daemon
+check "daemon 3 says it restored from the journal" \
+  "wait_for 10 \"grep -q 'restored from the journal of zernel-scheduler pid' $tmp/daemon3.log\""
+check "daemon 3 restored the job's threads to nice 3" "all_job_threads_at 3"
+check "daemon 3 restored the job's nice and affinity" "[[ \"\$(job_state)\" == \"\$state_before\" ]]"
+check "daemon 3 restored the assigned process's nice" "[[ \$(nice_of $member) == 1 ]]"
+check "daemon 3 restored the assigned process's cgroup" \
+  "[[ \$(cpu_path $member) == '$member_cg_before' ]]"
+check "daemon 3 removed the old tenant groups" "[[ ! -e $cgdir/$ZERNEL_USERSPACE_CGROUP ]]"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid"
+rc=$?
+daemon_pid=""
+check "daemon 3 exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+check "no journal is left" "[[ ! -e $ZERNEL_USERSPACE_JOURNAL ]]"
+
+# A second daemon against a live daemon's journal refuses to start.
+runs=4
+rm -f "$tmp/ctl.sock"
+start_daemon --emulated-gpu
+wait_for 20 any_job_thread_reniced
+"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend userspace --control-socket \
+  "$tmp/ctl2.sock" > "$tmp/second.log" 2>&1
+rc=$?
+check "a second userspace daemon on the same journal exits 1 (got $rc)" "[[ $rc -eq 1 ]]"
+check "it names the running daemon" "grep -q 'belongs to a running zernel-scheduler (pid $daemon_pid)' $tmp/second.log"
+kill -TERM "$daemon_pid"
+wait "$daemon_pid"
+daemon_pid=""
+check "the job is restored again" "all_job_threads_at 3"
+
+if [[ $failures -ne 0 ]]; then
+  for f in "$tmp"/daemon*.log "$tmp/second.log"; do echo "== $f"; tail -n 20 "$f"; done
+fi
+echo "$passed passed, $failures failed"
+[[ $failures -eq 0 ]]

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# vm.userspace_cgroup2, one VM boot: the userspace backend on a cgroup v2 machine (the guest mounts
+# cgroup2 with the cpu controller). Two config tenants with 6 and 2 GPUs; one CPU hog in the big
+# tenant against three in the small one, all pinned to CPU 1, assigned with `zernel-scheduler
+# tenant assign`. The backend puts them in /sys/fs/cgroup/zernel/tenant-N with cpu.weight 150 and
+# 50 (CPU time over 10 s from /proc is printed; the big tenant must get more than the small one,
+# which by nice alone would get 3x more). SIGTERM puts every hog back in its cgroup at its nice and
+# removes the groups.
+set -euo pipefail
+here=$(dirname "$(realpath "$0")")
+build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
+[ -x "$build/bin/zernel-scheduler" ] || { echo "vm.userspace_cgroup2: no zernel-scheduler" >&2; exit 1; }
+guest=$(mktemp --suffix=.sh)
+trap 'rm -f "$guest"' EXIT
+cat > "$guest" <<'GUEST'
+#!/bin/sh
+fails=0
+ok() { echo "@@ PASS $*"; }
+bad() { echo "@@ FAIL $*"; fails=$((fails + 1)); }
+cat > /tmp/t.toml <<TOML
+[multi_tenant]
+enabled = true
+[telemetry]
+metrics_port = 19095
+[[tenants]]
+id = "big"
+gpus = 6
+class = "training"
+[[tenants]]
+id = "small"
+gpus = 2
+class = "training"
+TOML
+export ZERNEL_USERSPACE_JOURNAL=/tmp/run/userspace.journal
+zernel-scheduler --config /tmp/t.toml --backend userspace --control-socket /tmp/z.sock > /tmp/d.log 2>&1 &
+d=$!
+i=0
+while [ ! -S /tmp/z.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+hog() { taskset -c 1 sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!; }
+b1=$(hog); s1=$(hog); s2=$(hog); s3=$(hog)
+before=$(cat /proc/$b1/cgroup)
+for p in $b1; do zernel-scheduler tenant assign --socket /tmp/z.sock --pid $p --tenant big >/dev/null || bad "assign $p"; done
+for p in $s1 $s2 $s3; do zernel-scheduler tenant assign --socket /tmp/z.sock --pid $p --tenant small >/dev/null || bad "assign $p"; done
+i=0
+while ! grep -q tenant /proc/$s3/cgroup && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+gb=$(sed -n 's/^0:://p' /proc/$b1/cgroup); gs=$(sed -n 's/^0:://p' /proc/$s1/cgroup)
+echo "@@ groups: big $gb, small $gs"
+case $gb in /zernel/tenant-*) ok "big's hog is in $gb" ;; *) bad "big's hog is in '$gb'" ;; esac
+case $gs in /zernel/tenant-*) ok "small's hog is in $gs" ;; *) bad "small's hog is in '$gs'" ;; esac
+[ "$(sed -n 's/^0:://p' /proc/$s3/cgroup)" = "$gs" ] || bad "the small tenant's hogs are in one group"
+wb=$(cat /sys/fs/cgroup$gb/cpu.weight 2>/dev/null); ws=$(cat /sys/fs/cgroup$gs/cpu.weight 2>/dev/null)
+[ "$wb" = 150 ] && ok "big cpu.weight 150" || bad "big cpu.weight '$wb', want 150"
+[ "$ws" = 50 ] && ok "small cpu.weight 50" || bad "small cpu.weight '$ws', want 50"
+grep -qw cpu /sys/fs/cgroup/zernel/cgroup.subtree_control && ok "+cpu in zernel/" || bad "no +cpu in zernel/cgroup.subtree_control"
+n=$(awk '{print $19}' /proc/$b1/stat)
+[ "$n" = -5 ] && ok "training tenant hog at nice -5" || bad "hog nice $n, want -5"
+cpu() { awk '{print $14 + $15}' /proc/$1/stat; }
+sum() { t=0; for p in "$@"; do t=$((t + $(cpu $p))); done; echo $t; }
+big0=$(sum $b1); small0=$(sum $s1 $s2 $s3)
+sleep 10
+big1=$(sum $b1); small1=$(sum $s1 $s2 $s3)
+big=$((big1 - big0)); small=$((small1 - small0))
+echo "@@ tenant cpu ticks over 10 s on CPU 1: big (1 process) $big, small (3 processes) $small"
+# Reported, not checked: under TCG this kernel gives about 1.5:1 for cpu.weight 150:50 also with
+# groups made by hand (no daemon), so the VM cannot judge the ratio. The host's integration test
+# (cgroup v1, cpu.shares) checks it: 3.0:1 there.
+[ $big -gt $small ] && ok "the big tenant got more CPU than the small one with 3x its processes" \
+  || bad "big tenant $big ticks <= small tenant $small ticks"
+kill -TERM $d; wait $d || bad "daemon exit $?"
+[ "$(cat /proc/$b1/cgroup)" = "$before" ] && ok "SIGTERM: hogs back in their cgroup" || bad "after SIGTERM: $(cat /proc/$b1/cgroup)"
+[ "$(cat /proc/$s2/cgroup)" = "$before" ] || bad "after SIGTERM small's hog: $(cat /proc/$s2/cgroup)"
+n=$(awk '{print $19}' /proc/$b1/stat)
+[ "$n" = 0 ] && ok "SIGTERM: nice back to 0" || bad "after SIGTERM nice $n"
+[ ! -e /sys/fs/cgroup/zernel ] && ok "SIGTERM: groups removed" || bad "/sys/fs/cgroup/zernel is still there"
+[ ! -e /tmp/run/userspace.journal ] || bad "journal left behind"
+kill $b1 $s1 $s2 $s3
+grep -qiE "error|warn" /tmp/d.log && echo "@@ log: $(grep -iE 'error|warn' /tmp/d.log | head -3)"
+echo "@@ done: $fails failed"
+exit $fails
+GUEST
+chmod +x "$guest"
+exec "$here/run-in-vm.sh" --add "$guest" -- sh "$guest"
