@@ -432,7 +432,8 @@ std::vector<TaskState> make_states(std::uint32_t n) {
 }
 
 PhaseDetectionOptions detection_options(std::uint32_t stability) {
-  PhaseDetectionOptions o;  // the defaults: io 0.3, burst 5 ms, idle 10, active 80, NCCL off
+  PhaseDetectionOptions o;  // the defaults: io 0.3, burst 5 ms, idle 10, active 80, NCCL on
+                            // (nccl_active is never sent, so the folds are as with it off)
   o.phase_stability_count = stability;
   return o;
 }

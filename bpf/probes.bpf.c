@@ -24,12 +24,18 @@
  * 1->0, in_sync 1->0, sync_time += 200 ms, sync_count += 1, last_return 1.200, the thread's
  * runtime (say 5.000 s) is stored. It then runs the optimizer for 3 ms of CPU: at the next tick
  * its schedstat reads 5.003 s, so cpu_burst = 3 ms (OptimizerStep), until the next sync.
+ * The outermost entry also records, per process, the burst that this sync ends (the thread's
+ * runtime at the entry minus its runtime at its previous return): during a short sync between
+ * two bursts (an optimizer's kernel launches) user space reports that burst instead of 0, so a
+ * tick that lands in a 0.2 ms wait still sees the short-burst pattern (docs/probes.md).
  *
  * FUTEX WAITS. The tracepoint syscalls:sys_enter_futex fires for every futex call of every
  * process, so it does the cheapest thing first: the op (without the private and clock flags) is
  * compared with FUTEX_WAIT, FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI, and only a wait costs a
  * hash lookup of the caller's tgid in zernel_probe_futex, which holds only the processes user
- * space tracks; a hit is one atomic add.
+ * space tracks; a hit is one atomic add, and for the main thread (tid == tgid) a time stamp: the
+ * daemon reads "the main thread entered a futex wait N ms ago" to see a collective's wait loop
+ * (short timed waits) also at an instant when the thread is between two waits.
  *
  * THREAD EXIT. The raw tracepoint sched_process_exit removes the exiting thread's entry (fixing
  * its process's in_sync if it died inside a sync: a killed process never returns), and when the
@@ -85,7 +91,7 @@ struct {
 	__uint(max_entries, ZERNEL_PROBE_MAX_PROCS);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct zernel_probe_futex);
 } zernel_probe_futex SEC(".maps");
 
 struct {
@@ -134,7 +140,8 @@ int BPF_UPROBE(zernel_sync_enter)
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct zernel_probe_thread *t, fresh = {};
 	struct zernel_probe_proc *p;
-	__u64 now;
+	struct task_struct *task;
+	__u64 now, runtime, burst = 0;
 
 	stat_inc(ZERNEL_PROBE_STAT_SYNC_ENTER);
 	t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
@@ -159,12 +166,20 @@ int BPF_UPROBE(zernel_sync_enter)
 	}
 
 	now = bpf_ktime_get_ns();
+	/* The CPU burst this sync ends: runtime now minus the runtime at this thread's previous
+	 * return (the sync-to-sync gap in CPU time). Both reads lag by at most a tick. */
+	if (t->return_ns > 0 && t->tgid == tgid) {
+		task = (struct task_struct *)bpf_get_current_task();
+		runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
+		burst = runtime > t->runtime_at_return_ns ? runtime - t->runtime_at_return_ns : 0;
+	}
 	t->tgid = tgid; /* a reused tid of another process: the exit hook normally prevents this */
 	t->enter_ns = now;
 	t->depth = 1;
 	p = proc_get(tgid);
 	if (!p)
 		return 0;
+	p->last_burst_ns = burst;
 	if (__sync_fetch_and_add(&p->in_sync, 1) == 0)
 		p->in_sync_since_ns = now;
 	return 0;
@@ -210,19 +225,24 @@ SEC("tracepoint/syscalls/sys_enter_futex")
 int zernel_futex_enter(struct trace_event_raw_sys_enter *ctx)
 {
 	__u32 cmd = (__u32)ctx->args[1] & (__u32)ZERNEL_FUTEX_CMD_MASK;
-	__u32 tgid;
-	__u64 *count;
+	struct zernel_probe_futex *f;
+	__u32 tgid, tid;
+	__u64 id;
 
 	if (cmd != ZERNEL_FUTEX_WAIT && cmd != ZERNEL_FUTEX_WAIT_BITSET &&
 	    cmd != ZERNEL_FUTEX_WAIT_REQUEUE_PI)
 		return 0;
-	tgid = bpf_get_current_pid_tgid() >> 32;
-	count = bpf_map_lookup_elem(&zernel_probe_futex, &tgid);
-	if (!count) {
+	id = bpf_get_current_pid_tgid();
+	tgid = id >> 32;
+	tid = (__u32)id;
+	f = bpf_map_lookup_elem(&zernel_probe_futex, &tgid);
+	if (!f) {
 		stat_inc(ZERNEL_PROBE_STAT_FUTEX_UNTRACKED);
 		return 0;
 	}
-	__sync_fetch_and_add(count, 1);
+	__sync_fetch_and_add(&f->waits, 1);
+	if (tid == tgid)
+		f->main_wait_ns = bpf_ktime_get_ns(); /* only the main thread writes it */
 	stat_inc(ZERNEL_PROBE_STAT_FUTEX_WAIT);
 	return 0;
 }

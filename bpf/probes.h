@@ -10,8 +10,9 @@
  *                         userspace reads, deletes on forget)
  *   zernel_probe_threads  HASH      key __u32 tid  -> struct zernel_probe_thread (BPF writes;
  *                         userspace reads one entry: the thread whose sync returned last)
- *   zernel_probe_futex    HASH      key __u32 tgid -> __u64 futex waits          (userspace
- *                         inserts 0 to track a process and deletes to untrack; BPF counts)
+ *   zernel_probe_futex    HASH      key __u32 tgid -> struct zernel_probe_futex  (userspace
+ *                         inserts zeros to track a process and deletes to untrack; BPF counts
+ *                         and stamps)
  *   zernel_probe_stats    PERCPU_ARRAY key __u32 enum zernel_probe_stat -> __u64 (BPF counts,
  *                         loader sums)
  * All times are CLOCK_MONOTONIC ns (bpf_ktime_get_ns); CPU runtimes are the kernel's
@@ -59,6 +60,9 @@ struct zernel_probe_proc {
 	__u32 last_return_tid;	/* tid of the thread whose sync returned last (its runtime then is
 				   in zernel_probe_threads); 0 never */
 	__u32 in_sync;		/* count: threads inside a sync now */
+	__u64 last_burst_ns;	/* ns of CPU: the burst that ended at the latest outermost sync
+				   entry, i.e. that thread's runtime at the entry minus its runtime
+				   at its previous return (0: the thread had not returned before) */
 };
 
 /* Per thread (tid): its sync nesting and its CPU runtime when its last sync returned. Written
@@ -70,6 +74,13 @@ struct zernel_probe_thread {
 	__u64 runtime_at_return_ns; /* ns: its se.sum_exec_runtime at that return */
 	__u32 tgid;		    /* its process */
 	__u32 depth;		    /* count: sync calls of this thread in progress (nesting) */
+};
+
+/* Per tracked process (tgid): its futex waits. */
+struct zernel_probe_futex {
+	__u64 waits;	     /* count: FUTEX_WAIT, _WAIT_BITSET, _WAIT_REQUEUE_PI calls, all threads */
+	__u64 main_wait_ns;  /* ns, CLOCK_MONOTONIC: when the main thread (tid == tgid) last
+				entered such a wait; 0 never */
 };
 
 /* Counters, per CPU, summed by the loader. */
@@ -89,7 +100,7 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_NR,
 };
 
-ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_proc) == 40, "zernel_probe_proc layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_proc) == 48, "zernel_probe_proc layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_proc, last_return_ns) == 0,
 			    "last_return_ns");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_proc, in_sync_since_ns) == 8,
@@ -102,6 +113,8 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_proc, last_re
 			    "last_return_tid");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_proc, in_sync) == 36,
 			    "in_sync");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_proc, last_burst_ns) == 40,
+			    "last_burst_ns");
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_thread) == 32, "zernel_probe_thread layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, enter_ns) == 0,
 			    "enter_ns");
@@ -111,6 +124,9 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, runti
 				    16, "runtime_at_return_ns");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, tgid) == 24, "tgid");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth) == 28, "depth");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
+			    "main_wait_ns");
 ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 10,
 			    "update the loader's stat names with the enum");
 

@@ -1,6 +1,7 @@
 #include "collect/signals.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,31 @@ std::uint64_t ticks_to_ns(std::uint64_t ticks, std::uint64_t hz) {
   return whole * kNsPerSecond + rest * kNsPerSecond / hz;
 }
 
+// Reads a /proc file from offset 0 through an open descriptor. A proc file is made whole at the
+// first read, so a read shorter than the room left is its end (saves the read that returns 0).
+int pread_proc_file(int fd, std::string& out, std::size_t max_bytes) {
+  out.resize(std::min<std::size_t>(4096, max_bytes + 1));
+  std::size_t len = 0;
+  for (;;) {
+    const ssize_t n = ::pread(fd, out.data() + len, out.size() - len, static_cast<off_t>(len));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      out.clear();
+      return err;
+    }
+    len += static_cast<std::size_t>(n);
+    if (n == 0 || len < out.size()) break;
+    if (out.size() > max_bytes) {
+      out.clear();
+      return EFBIG;
+    }
+    out.resize(std::min(out.size() * 2, max_bytes + 1));
+  }
+  out.resize(len);
+  return 0;
+}
+
 }  // namespace
 
 policy::TaskUpdate ProcessSignals::update() const {
@@ -45,6 +71,14 @@ policy::TaskUpdate ProcessSignals::update() const {
 }
 
 SignalSampler::SignalSampler(SignalsOptions options) : options_(std::move(options)) {
+  if (options_.keep_files_open && options_.max_open_files == 0) {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) {
+      options_.max_open_files = static_cast<std::size_t>(lim.rlim_cur / 2);
+    } else {
+      options_.max_open_files = 32768;
+    }
+  }
   if (options_.nccl_check_every == 0) options_.nccl_check_every = 1;
   if (options_.clock_ticks_per_s != 0) {
     ticks_per_s_ = options_.clock_ticks_per_s;
@@ -71,24 +105,45 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
     out[i].pid = pids[i];
     if (proc.valid()) sample_one(proc.get(), pids[i], now_ns, out[i]);
   }
-  std::erase_if(state_, [&](const auto& kv) { return kv.second.generation != generation_; });
+  std::erase_if(state_, [&](const auto& kv) {
+    if (kv.second.generation == generation_) return false;
+    if (kv.second.stat_fd.valid()) --open_files_;
+    return true;
+  });
+}
+
+int SignalSampler::read_stat(int proc_fd, const char* name, PidState* known, UniqueFd& dir,
+                             UniqueFd& fresh) {
+  if (known != nullptr && known->stat_fd.valid()) {
+    const int err = pread_proc_file(known->stat_fd.get(), buf_, kMaxStatBytes);
+    if (err == 0) return 0;
+    // ESRCH: that process is gone; the pid may be another's by now, which opening it tells.
+    known->stat_fd.reset();
+    --open_files_;
+  }
+  int err = 0;
+  dir = open_dir_at(proc_fd, name, err);
+  if (!dir.valid()) return err;
+  fresh = UniqueFd(::openat(dir.get(), "stat", O_RDONLY | O_CLOEXEC));
+  if (!fresh.valid()) return errno;
+  return pread_proc_file(fresh.get(), buf_, kMaxStatBytes);
 }
 
 void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now_ns,
                                ProcessSignals& out) {
   const auto drop = [&] {
     out.gone = true;
-    state_.erase(pid);
+    if (auto it = state_.find(pid); it != state_.end()) {
+      if (it->second.stat_fd.valid()) --open_files_;
+      state_.erase(it);
+    }
   };
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
-  int err = 0;
-  const UniqueFd dir = open_dir_at(proc_fd, name, err);
-  if (!dir.valid()) {
-    if (gone_errno(err)) drop();
-    return;
-  }
-  err = read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
+  auto prior = state_.find(pid);
+  UniqueFd dir;    // <proc>/<pid>, opened only when needed
+  UniqueFd fresh;  // a newly opened stat, kept below when there is room
+  int err = read_stat(proc_fd, name, prior != state_.end() ? &prior->second : nullptr, dir, fresh);
   if (err != 0) {
     if (gone_errno(err)) drop();
     return;
@@ -104,6 +159,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
     drop();
     return;
   }
+  out.state = st->state;
 
   auto [it, inserted] = state_.try_emplace(pid);
   PidState& s = it->second;
@@ -116,6 +172,17 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
   const bool first = s.samples == 0;
   const bool elapsed = !first && now_ns > s.last_ns;
   s.generation = generation_;
+  if (fresh.valid() && options_.keep_files_open && !s.stat_fd.valid() &&
+      open_files_ < options_.max_open_files) {
+    s.stat_fd = std::move(fresh);
+    ++open_files_;
+  }
+  const auto open_dir = [&]() -> int {
+    if (dir.valid()) return 0;
+    int e = 0;
+    dir = open_dir_at(proc_fd, name, e);
+    return dir.valid() ? 0 : e;
+  };
 
   const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
   if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
@@ -127,7 +194,8 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
       threads_.assign(1, {pid, *st->delayacct_blkio_ticks});
       err = 0;
     } else {
-      err = read_threads(dir.get());
+      err = open_dir();
+      if (err == 0) err = read_threads(dir.get());
     }
     if (gone_errno(err)) {
       drop();
@@ -158,7 +226,9 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
     }
   }
 
-  if (s.samples % options_.nccl_check_every == 0) out.nccl_active = nccl_active(dir.get());
+  if (s.samples % options_.nccl_check_every == 0 && open_dir() == 0) {
+    out.nccl_active = nccl_active(dir.get());
+  }
 
   s.starttime = st->starttime_ticks;
   s.last_ns = now_ns;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 
 namespace zernel::collect {
@@ -16,6 +17,13 @@ std::string_view wait_name(MainThreadWait w) {
     case MainThreadWait::unknown: break;
   }
   return "unknown";
+}
+
+bool main_thread_in_futex_wait(MainThreadWait w, std::uint64_t main_futex_wait_ns,
+                               std::uint64_t now_ns) {
+  if (w == MainThreadWait::futex) return true;
+  if (w != MainThreadWait::running || main_futex_wait_ns == 0) return false;
+  return now_ns < main_futex_wait_ns || now_ns - main_futex_wait_ns < kFutexLoopNs;
 }
 
 MainThreadWait parse_syscall_file(std::string_view text) {
@@ -84,6 +92,42 @@ MainThreadWait read_main_thread_wait(const std::string& proc_root, std::uint32_t
   ::close(fd);
   if (n <= 0) return MainThreadWait::unknown;
   return parse_syscall_file(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+void parse_children(std::string_view text, std::vector<std::uint32_t>& out) {
+  out.clear();
+  const char* p = text.data();
+  const char* end = text.data() + text.size();
+  for (;;) {
+    while (p < end && (*p == ' ' || *p == '\n')) ++p;
+    if (p == end) return;
+    std::uint32_t pid = 0;
+    auto [next, ec] = std::from_chars(p, end, pid);
+    if (ec != std::errc() || pid == 0 || (next != end && *next != ' ' && *next != '\n')) return;
+    out.push_back(pid);
+    p = next;
+  }
+}
+
+bool read_main_thread_children(const std::string& proc_root, std::uint32_t pid,
+                               std::vector<std::uint32_t>& out) {
+  out.clear();
+  const std::string id = std::to_string(pid);
+  const std::string path = proc_root + "/" + id + "/task/" + id + "/children";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    if (text.size() > (1U << 20)) break;  // a million bytes of pids: enough
+  }
+  ::close(fd);
+  parse_children(text, out);
+  return true;
 }
 
 }  // namespace zernel::collect

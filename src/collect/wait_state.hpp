@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace zernel::collect {
 
@@ -29,6 +30,16 @@ enum class MainThreadWait : std::uint8_t {
 };
 
 std::string_view wait_name(MainThreadWait w);
+
+// A collective waits in a loop of short timed futex waits (NCCL's and our workload's barriers
+// poll with timeouts of a few ms); between two waits the thread runs for microseconds, but on a
+// busy machine it may then sit on a run queue for tens of ms, and /proc/PID/syscall says
+// "running" all that time. So the main thread counts as waiting in futex when it is blocked in
+// futex now, or when it is running and entered a futex wait less than kFutexLoopNs ago (the
+// probes' per-process stamp, 0 = none). Blocked in any other call, it is not.
+inline constexpr std::uint64_t kFutexLoopNs = 50'000'000;
+bool main_thread_in_futex_wait(MainThreadWait w, std::uint64_t main_futex_wait_ns,
+                               std::uint64_t now_ns);
 
 // Parses the contents of /proc/PID/syscall (x86-64 system call numbers).
 MainThreadWait parse_syscall_file(std::string_view text);
@@ -44,5 +55,14 @@ struct SchedStat {
 };
 std::optional<SchedStat> parse_schedstat(std::string_view text);
 std::optional<SchedStat> read_schedstat(const std::string& proc_root, std::uint32_t pid);
+
+// /proc/PID/task/PID/children: the pids of the processes the main thread forked that are still
+// its children (space-separated; needs CONFIG_PROC_CHILDREN, in every distribution kernel). The
+// daemon reads it for GPU owners every tick, so a DataLoader worker started between two
+// discovery scans is found at the next tick, not up to a poll interval later. Parsing stops at
+// the first malformed token; out is cleared first. Reading returns false when unreadable.
+void parse_children(std::string_view text, std::vector<std::uint32_t>& out);
+bool read_main_thread_children(const std::string& proc_root, std::uint32_t pid,
+                               std::vector<std::uint32_t>& out);
 
 }  // namespace zernel::collect

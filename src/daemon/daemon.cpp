@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "collect/sync_signals.hpp"
 #include "collect/topology_reader.hpp"
 #include "collect/wait_state.hpp"
 #ifdef ZERNEL_HAVE_PROBES
@@ -177,7 +178,7 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
     }
     const std::uint64_t now = ticker.deadline_ns();
     const std::uint64_t t0 = monotonic_now_ns();
-    if (++n % poll_every == 0) poll_processes(now);
+    if (++n % poll_every == 0 || new_process_appeared()) poll_processes(now);
     sample_signals(now);
     maybe_restart_backend(now);
     decide(now);
@@ -198,8 +199,28 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
   return Ok{};
 }
 
+bool Daemon::new_process_appeared() {
+  bool found = false;
+  auto consider = [&](std::uint32_t pid) {
+    if (tracked_.contains(pid) || !reported_new_.insert(pid).second) return;
+    found = true;
+  };
+  if (nvml_) {
+    if (auto procs = nvml_->compute_processes()) {
+      for (const auto& entry : *procs) consider(entry.first);
+    }
+  }
+  for (const auto& [pid, t] : tracked_) {
+    if (t.role != collect::ProcessRole::gpu_owner) continue;
+    if (!collect::read_main_thread_children(opts_.proc_root, pid, children_)) continue;
+    for (std::uint32_t child : children_) consider(child);
+  }
+  return found;
+}
+
 void Daemon::poll_processes(std::uint64_t now_ns) {
   ++stats_.scans;
+  reported_new_.clear();
   nvml_procs_.clear();
   if (nvml_) {
     if (auto procs = nvml_->compute_processes()) {
@@ -261,14 +282,21 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
   }
 }
 
+// Per-process utilisation where NVML gives it; an empty answer (no process used the GPU since
+// the last call) is a measurement of 0 for everyone, not a reason to fall back to the device's
+// figure: that one is averaged over up to a second and would make a GPU owner that has just
+// stopped using its GPU look busy for that long.
 void Daemon::refresh_gpu_utilization() {
   proc_util_.clear();
+  proc_util_ok_ = !nvml_->devices().empty();
   for (const collect::GpuDevice& dev : nvml_->devices()) {
     if (auto u = nvml_->utilization(dev.index)) {
       if (dev.index < device_util_.size()) device_util_[dev.index] = u->gpu_percent;
     }
     if (auto per = nvml_->process_utilization(dev.index)) {
       for (const auto& [pid, sm] : *per) proc_util_[pid] = std::max(proc_util_[pid], sm);
+    } else {
+      proc_util_ok_ = false;
     }
   }
 }
@@ -289,31 +317,56 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
     policy::TaskUpdate u = s.update();
     const Tracked& t = tracked_[s.pid];
     std::uint32_t util = 0;
+    bool proc_util_known = false;
     if (auto it = proc_util_.find(s.pid); it != proc_util_.end()) {
       util = it->second;
-    } else if (t.gpu && t.role == collect::ProcessRole::gpu_owner && *t.gpu < device_util_.size() &&
-               proc_util_.empty()) {
+      proc_util_known = true;
+    } else if (proc_util_ok_) {
+      proc_util_known = true;  // NVML measures per process and saw none of this one's work
+    } else if (t.gpu && t.role == collect::ProcessRole::gpu_owner && *t.gpu < device_util_.size()) {
       util = device_util_[*t.gpu];  // no per-process figures: the device's, for its owners
     }
     u.gpu_utilization = static_cast<std::uint8_t>(std::min<std::uint32_t>(util, 100));
     if (t.role == collect::ProcessRole::dataloader_worker) {
       // A worker wanting the CPU is producing, also while it waits for one: time on the CPU plus
-      // time runnable on a run queue (/proc/PID/schedstat), so contention does not hide it.
-      if (auto busy = worker_busy_fraction(s.pid, now_ns)) u.cpu_fraction = *busy;
+      // time runnable on a run queue (/proc/PID/schedstat), so contention does not hide it. And
+      // as it stands now: running or runnable (R) or in disk I/O (D) is producing this instant,
+      // which the interval's share (none yet on a first sample) may not show for a tick.
+      const auto busy = worker_busy_fraction(s.pid, now_ns);
+      const bool busy_now = s.state == 'R' || s.state == 'D';
+      if (busy_now) {
+        u.cpu_fraction = 1.0F;
+      } else if (busy) {
+        u.cpu_fraction = *busy;
+      }
     } else if (s.cpu_time_ns) {
       u.cpu_fraction = static_cast<float>(static_cast<double>(*s.cpu_time_ns) /
                                           static_cast<double>(tick_ns_));
     }
-    apply_probes(s.pid, t, now_ns, u);
+    std::uint64_t main_futex_wait_ns = 0;
+    apply_probes(s.pid, t, now_ns, s.state == 'R', proc_util_known ? std::optional(util) : std::nullopt,
+                 u, main_futex_wait_ns);
     if (t.role == collect::ProcessRole::gpu_owner) {
       // collect/wait_state.hpp: what the main thread is blocked in now. On its workers' queue:
-      // waiting for data. In futex: a collective's wait; this beats the probes' per-process futex
-      // count, which every helper thread's lock adds to.
+      // waiting for data. In futex, or running between the short waits of a wait loop (the
+      // probes' stamp of its last futex wait): a collective's wait; this beats the probes'
+      // per-process futex count, which every helper thread's lock adds to.
       const collect::MainThreadWait w = collect::read_main_thread_wait(opts_.proc_root, s.pid);
       if (t.has_workers && w == collect::MainThreadWait::input) u.io_wait_fraction = 1.0F;
       if (w != collect::MainThreadWait::unknown) {
-        u.futex_wait_count = w == collect::MainThreadWait::futex ? 1U : 0U;
+        u.futex_wait_count =
+            collect::main_thread_in_futex_wait(w, main_futex_wait_ns, monotonic_now_ns()) ? 1U
+                                                                                          : 0U;
       }
+    }
+    if (spdlog::should_log(spdlog::level::trace)) {
+      spdlog::trace("signals pid {} role {}: gpu {} io {:.2f} burst {} sync {} futex {} nccl {} "
+                    "cpu {:.2f} state {}",
+                    s.pid, static_cast<int>(t.role), u.gpu_utilization.value_or(255),
+                    u.io_wait_fraction.value_or(-1.0F), u.cpu_burst_duration_ns.value_or(0),
+                    u.last_gpu_sync_ns.value_or(0), u.futex_wait_count.value_or(0),
+                    u.nccl_active ? (*u.nccl_active ? 1 : 0) : -1, u.cpu_fraction.value_or(-1.0F),
+                    s.state);
     }
     engine_.update_task(s.pid, u);
   }
@@ -341,8 +394,11 @@ std::optional<float> Daemon::worker_busy_fraction(std::uint32_t pid, std::uint64
 
 void Daemon::decide(std::uint64_t now_ns) {
   engine_.schedule_all(now_ns, decisions_);
+  // The log gets the time the change was committed, not the tick's deadline: a late tick
+  // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
+  const std::uint64_t committed_ns = phase_log_.is_open() ? monotonic_now_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
-    if (d.phase_changed) phase_log_.write(now_ns, d.pid, d.phase);
+    if (d.phase_changed) phase_log_.write(committed_ns, d.pid, d.phase);
   }
   if (auto r = backend_->apply(decisions_); !r) {
     count_error("backend");
@@ -434,41 +490,39 @@ void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] 
 #endif
 }
 
-// CPU burst and last GPU sync from the uprobes; the share of the tick spent blocked in a GPU
-// synchronisation as a floor for GPU utilisation (a process blocked in a sync is waiting for its
-// own GPU work, while NVML's per-process figure trails by up to a second on real drivers); futex
-// waits of the whole process.
+// CPU burst and last GPU sync from the uprobes, as the process stands now
+// (collect/sync_signals.hpp): 0 while blocked in a long sync, the burst before a short one, the
+// CPU since the return otherwise; a GPU utilisation floor of 100 while blocked in a long sync
+// (NVML's per-process figure trails by up to a tick here, a second on real drivers), else the
+// share of the tick spent in syncs; futex waits of the whole process.
 void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] const Tracked& t,
-                          [[maybe_unused]] std::uint64_t now_ns,
-                          [[maybe_unused]] policy::TaskUpdate& u) {
+                          [[maybe_unused]] std::uint64_t now_ns, [[maybe_unused]] bool runnable,
+                          [[maybe_unused]] std::optional<std::uint32_t> nvml_util,
+                          [[maybe_unused]] policy::TaskUpdate& u,
+                          [[maybe_unused]] std::uint64_t& main_futex_wait_ns) {
 #ifdef ZERNEL_HAVE_PROBES
   if (!probes_ || !t.probed) return;
   auto sample = probes_->read(pid, now_ns);
   if (!sample) return;
   const collect::ProbeSample& p = *sample;
-  // schedstat runtime moves in scheduler ticks, so a thread that returned from a sync less than
-  // a tick ago reads 0; it has run (it returned), so a returned, not-in-sync process has a burst
-  // of at least 1 ns. 0 stays reserved for "blocked in a sync now".
-  std::uint64_t burst = p.in_sync ? 0 : p.cpu_burst_ns;
-  if (!p.in_sync && p.last_sync_return_ns > 0 && burst == 0) burst = 1;
-  u.cpu_burst_duration_ns = burst;
+  main_futex_wait_ns = p.main_futex_wait_ns;
+  collect::SyncState st;
+  st.in_sync = p.in_sync;
+  st.in_sync_since_ns = p.in_sync_since_ns;
+  st.last_return_ns = p.last_sync_return_ns;
+  st.burst_since_return_ns = p.cpu_burst_ns;
+  st.last_burst_ns = p.last_burst_ns;
+  st.sync_time_delta_ns = p.sync_time_delta_ns;
+  st.interval_ns = p.interval_ns;
+  st.runnable = runnable;
+  st.nvml_util_pct = nvml_util;
+  // The probes' stamps are real CLOCK_MONOTONIC times, and the tick may run late: compare with
+  // the time of this read, not the tick's deadline.
+  const collect::SyncSignals sig = collect::sync_signals(st, monotonic_now_ns(), tick_ns_);
+  u.cpu_burst_duration_ns = sig.cpu_burst_ns;
   if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
-  const std::uint64_t interval = p.interval_ns > 0 ? p.interval_ns : tick_ns_;
-  std::uint64_t blocked = p.sync_time_delta_ns;
-  if (p.in_sync && now_ns > p.in_sync_since_ns) {
-    blocked += std::min(now_ns - p.in_sync_since_ns, interval);
-  }
-  // Blocked in a long sync right now (kLongSyncNs and more): the process is waiting on a large
-  // piece of its own GPU work this instant. The short syncs between an optimizer's kernel
-  // launches stay far below that and count only by their share of the tick.
-  constexpr std::uint64_t kLongSyncNs = 20'000'000;
-  const bool long_sync = p.in_sync && now_ns > p.in_sync_since_ns &&
-                         now_ns - p.in_sync_since_ns >= kLongSyncNs;
-  const auto share = long_sync ? 100U
-                               : static_cast<std::uint32_t>(
-                                     std::min<std::uint64_t>(100, blocked * 100 / interval));
-  if (!u.gpu_utilization || *u.gpu_utilization < share) {
-    u.gpu_utilization = static_cast<std::uint8_t>(share);
+  if (!u.gpu_utilization || *u.gpu_utilization < sig.gpu_floor_pct) {
+    u.gpu_utilization = static_cast<std::uint8_t>(sig.gpu_floor_pct);
   }
   if (probes_->has_futex()) {
     u.futex_wait_count =

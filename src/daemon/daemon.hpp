@@ -93,6 +93,9 @@ class Daemon {
  private:
   explicit Daemon(DaemonOptions opts, policy::Topology topo);
   void poll_processes(std::uint64_t now_ns);
+  // Between scans: a process NVML lists, or a child of a GPU owner's main thread, that is not
+  // tracked (nor already reported since the last scan) means a new job process: scan now.
+  bool new_process_appeared();
   void refresh_gpu_utilization();
   void sample_signals(std::uint64_t now_ns);
   void decide(std::uint64_t now_ns);
@@ -145,13 +148,18 @@ class Daemon {
   std::unique_ptr<collect::GpuSyncProbes> probes_;
 #endif
   void attach_probes(std::uint32_t pid, Tracked& t);
-  void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, policy::TaskUpdate& u);
+  void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, bool runnable,
+                    std::optional<std::uint32_t> nvml_util, policy::TaskUpdate& u,
+                    std::uint64_t& main_futex_wait_ns);
   std::unordered_map<std::uint32_t, Tracked> tracked_;
   std::vector<std::uint32_t> pids_;  // scratch
+  std::vector<std::uint32_t> children_;  // scratch
+  std::unordered_set<std::uint32_t> reported_new_;  // new_process_appeared, since the last scan
   std::vector<collect::ProcessSignals> samples_;
   std::vector<policy::Decision> decisions_;
   collect::GpuProcessMap nvml_procs_;
   std::unordered_map<std::uint32_t, std::uint32_t> proc_util_;  // pid -> SM %
+  bool proc_util_ok_ = false;  // every device answered the per-process query this tick
   std::vector<std::uint32_t> device_util_;                       // by device index
   std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
   bool warned_cap_ = false;

@@ -12,7 +12,7 @@ struct PhaseDetectionOptions {
   std::uint8_t gpu_idle_threshold = 10;           // percent, < gpu_active_threshold
   std::uint8_t gpu_active_threshold = 80;         // percent, <= 100
   std::uint32_t phase_stability_count = 3;        // equal raw results needed to commit; <= 1: at once
-  bool nccl_detection_enabled = false;
+  bool nccl_detection_enabled = true;             // rule 2; see docs/configuration.md
 
   bool operator==(const PhaseDetectionOptions&) const = default;
 };

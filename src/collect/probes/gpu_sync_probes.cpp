@@ -247,7 +247,7 @@ Result<std::size_t> GpuSyncProbes::attach_process_libraries(std::uint32_t pid) {
 
 Result<void> GpuSyncProbes::track(std::uint32_t pid) {
   if (futex_error_) return *futex_error_;
-  const __u64 zero = 0;
+  const zernel_probe_futex zero{};
   const int err = bpf_map__update_elem(impl_->skel->maps.zernel_probe_futex, &pid, sizeof pid,
                                        &zero, sizeof zero, BPF_NOEXIST);
   if (err == -EEXIST) return Ok{};
@@ -281,23 +281,26 @@ Result<ProbeSample> GpuSyncProbes::read(std::uint32_t pid, std::uint64_t now_ns)
   } else if (err != 0) {
     return libbpf_error("reading the GPU sync state of pid " + std::to_string(pid), err);
   }
-  __u64 futex = 0;
+  zernel_probe_futex futex_entry{};
   if (!futex_error_) {
-    err = bpf_map__lookup_elem(skel->maps.zernel_probe_futex, &pid, sizeof pid, &futex,
-                               sizeof futex, 0);
+    err = bpf_map__lookup_elem(skel->maps.zernel_probe_futex, &pid, sizeof pid, &futex_entry,
+                               sizeof futex_entry, 0);
     if (err == -ENOENT) {
-      futex = 0;
+      futex_entry = zernel_probe_futex{};
     } else if (err != 0) {
       return libbpf_error("reading the futex waits of pid " + std::to_string(pid), err);
     }
   }
 
+  const __u64 futex = futex_entry.waits;
   ProbeSample s;
+  s.main_futex_wait_ns = futex_entry.main_wait_ns;
   // in_sync is a count the BPF side never lets go below 0 for long; a huge value is a transient
   // underflow being repaired (probes.bpf.c, proc_leave).
   s.in_sync = proc.in_sync > 0 && proc.in_sync < (1U << 31);
   s.in_sync_since_ns = s.in_sync ? proc.in_sync_since_ns : 0;
   s.last_sync_return_ns = proc.last_return_ns;
+  s.last_burst_ns = proc.last_burst_ns;
 
   if (!s.in_sync && proc.last_return_tid != 0) {
     const __u32 tid = proc.last_return_tid;

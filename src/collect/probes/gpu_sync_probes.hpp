@@ -5,8 +5,11 @@
 //   in_sync, last_sync_return_ns, cpu_burst_ns, sync_count/time deltas: uprobes and uretprobes
 //       on libcuda's cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize, attached per
 //       distinct library file (dev, inode) for every process that maps it (attach_library).
-//   futex_waits_delta: the tracepoint syscalls:sys_enter_futex, counting FUTEX_WAIT,
-//       FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI of the processes track() names.
+//   futex_waits_delta, main_futex_wait_ns: the tracepoint syscalls:sys_enter_futex, counting
+//       FUTEX_WAIT, FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI of the processes track() names,
+//       and stamping when their main thread last entered one.
+//   last_burst_ns: the entry uprobe, the CPU burst a sync ends (runtime at entry minus runtime
+//       at the thread's previous return).
 //
 // Lifetime: open() loads the object and attaches the futex tracepoint and a thread-exit
 // tracepoint; each attach_library() adds six probes; the destructor detaches everything and
@@ -45,6 +48,10 @@ struct ProbeSample {
   // runtime now minus its runtime then): the design's cpu_burst_duration_ns. 0 while in_sync,
   // before any sync, and when that thread has exited. Accurate to about a scheduler tick.
   std::uint64_t cpu_burst_ns = 0;
+  // CPU time of the burst that ended at the latest outermost sync entry (that thread's runtime
+  // at the entry minus its runtime at its previous return; 0 when it had not returned before).
+  // Lags like cpu_burst_ns: both runtimes are read as the kernel last brought them up to date.
+  std::uint64_t last_burst_ns = 0;
   // Completed (outermost) synchronisation calls, and the time spent in them, summed over the
   // threads, since the previous read of this pid (the first read: since the probes first saw
   // the process). A call in progress counts when it returns.
@@ -52,6 +59,9 @@ struct ProbeSample {
   std::uint64_t sync_time_delta_ns = 0;
   // Futex waits since the previous read (the first read: since track()); 0 when not tracked.
   std::uint64_t futex_waits_delta = 0;
+  // CLOCK_MONOTONIC ns when the main thread (tid == pid) last entered a futex wait; 0 = never
+  // since track(), or not tracked.
+  std::uint64_t main_futex_wait_ns = 0;
   // now_ns minus the previous read's now_ns; 0 on the first read of this pid.
   std::uint64_t interval_ns = 0;
 };

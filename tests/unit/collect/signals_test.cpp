@@ -80,6 +80,8 @@ SignalsOptions fake_options(const FakeProc& fp) {
   o.proc_root = fp.root();
   o.clock_ticks_per_s = 100;
   o.nccl_check_every = 1;
+  // A fabricated tree cannot say "that process is gone" through an open file (ESRCH is /proc's).
+  o.keep_files_open = false;
   return o;
 }
 
@@ -315,6 +317,54 @@ TEST(Signals, samples_this_process_on_the_real_proc) {
   EXPECT_LE(*r1[0].io_wait_fraction, 1.0F);
   ASSERT_TRUE(r1[0].cpu_time_ns.has_value());
   EXPECT_GT(*r1[0].cpu_time_ns, 0U);
+}
+
+TEST(Signals, an_exited_process_is_gone_also_through_its_kept_stat_file) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  SignalsOptions o;
+  o.max_open_files = 4;
+  SignalSampler s(o);
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
+  auto r0 = s.sample(pids, monotonic_ns());
+  // Through the kept descriptor, until the child has reached pause() (state S).
+  std::vector<ProcessSignals> r1;
+  for (int i = 0; i < 200; ++i) {
+    r1 = s.sample(pids, monotonic_ns() + 1);
+    if (r1[0].gone || r1[0].state == 'S') break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(r1[0].gone);
+  EXPECT_EQ(r1[0].state, 'S');
+  ASSERT_TRUE(r1[0].cpu_time_ns.has_value());
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  auto r2 = s.sample(pids, monotonic_ns() + 2);
+  EXPECT_TRUE(r2[0].gone);
+  EXPECT_EQ(s.tracked(), 0U);
+  EXPECT_FALSE(r0[0].gone);
+}
+
+TEST(Signals, more_processes_than_open_files_allowed_are_still_sampled) {
+  SignalsOptions o;
+  o.max_open_files = 1;
+  SignalSampler s(o);
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(::getpid()),
+                                           static_cast<std::uint32_t>(::getppid())};
+  for (int i = 0; i < 3; ++i) {
+    auto r = s.sample(pids, monotonic_ns() + static_cast<std::uint64_t>(i));
+    ASSERT_EQ(r.size(), 2U);
+    EXPECT_FALSE(r[0].gone);
+    EXPECT_FALSE(r[1].gone);
+    if (i > 0) {
+      EXPECT_TRUE(r[0].cpu_time_ns.has_value());
+      EXPECT_TRUE(r[1].cpu_time_ns.has_value());
+    }
+  }
 }
 
 TEST(Signals, a_child_with_an_nccl_shm_segment_mapped_is_nccl_active) {

@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 namespace zernel::collect {
 namespace {
@@ -19,6 +21,51 @@ TEST(WaitState, classifies_system_calls) {
   EXPECT_EQ(parse_syscall_file("230 0x0 0x0 0x7ff 0x7ff 0x0 0x0 0x7ff 0x7fe\n"),
             MainThreadWait::other);
   EXPECT_EQ(parse_syscall_file("-1 0x7ffc 0x7f9\n"), MainThreadWait::other);
+}
+
+TEST(WaitState, children_lists_are_parsed_up_to_the_first_bad_token) {
+  std::vector<std::uint32_t> out = {99};
+  parse_children("", out);
+  EXPECT_TRUE(out.empty());
+  parse_children("4711 4712 ", out);
+  EXPECT_EQ(out, (std::vector<std::uint32_t>{4711, 4712}));
+  parse_children("12 x 13", out);
+  EXPECT_EQ(out, (std::vector<std::uint32_t>{12}));
+  parse_children("0 5", out);  // pid 0 is not a child
+  EXPECT_TRUE(out.empty());
+  parse_children("99999999999 5", out);  // does not fit
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(WaitState, a_forked_child_is_listed_in_the_main_threads_children) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  std::vector<std::uint32_t> out;
+  const bool ok = read_main_thread_children("/proc", static_cast<std::uint32_t>(getpid()), out);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  if (!ok) GTEST_SKIP() << "no /proc/PID/task/PID/children (CONFIG_PROC_CHILDREN off)";
+  EXPECT_NE(std::find(out.begin(), out.end(), static_cast<std::uint32_t>(child)), out.end());
+  EXPECT_FALSE(read_main_thread_children("/proc", 0, out));
+}
+
+TEST(WaitState, futex_now_or_running_just_after_a_futex_wait_is_a_futex_wait) {
+  constexpr std::uint64_t kMs = 1'000'000;
+  const std::uint64_t now = 5'000 * kMs;
+  EXPECT_TRUE(main_thread_in_futex_wait(MainThreadWait::futex, 0, now));
+  EXPECT_TRUE(main_thread_in_futex_wait(MainThreadWait::running, now - 10 * kMs, now));
+  EXPECT_FALSE(main_thread_in_futex_wait(MainThreadWait::running, now - kFutexLoopNs, now));
+  EXPECT_FALSE(main_thread_in_futex_wait(MainThreadWait::running, 0, now));
+  // Blocked in something else now: not a futex wait, however recent the last one.
+  EXPECT_FALSE(main_thread_in_futex_wait(MainThreadWait::input, now - kMs, now));
+  EXPECT_FALSE(main_thread_in_futex_wait(MainThreadWait::other, now - kMs, now));
+  EXPECT_FALSE(main_thread_in_futex_wait(MainThreadWait::unknown, now - kMs, now));
+  // A stamp read after now_ns was taken.
+  EXPECT_TRUE(main_thread_in_futex_wait(MainThreadWait::running, now + kMs, now));
 }
 
 TEST(WaitState, odd_contents_are_unknown) {

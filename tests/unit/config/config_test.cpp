@@ -85,7 +85,7 @@ TEST(Config, defaults_equal_the_design_values) {
   EXPECT_EQ(c.phase_detection.gpu_idle_threshold, 10);
   EXPECT_EQ(c.phase_detection.gpu_active_threshold, 80);
   EXPECT_EQ(c.phase_detection.phase_stability_count, 3U);
-  EXPECT_FALSE(c.phase_detection.nccl_detection_enabled);
+  EXPECT_TRUE(c.phase_detection.nccl_detection_enabled);
   EXPECT_TRUE(c.numa.enabled);
   EXPECT_TRUE(c.numa.gpu_affinity);
   EXPECT_TRUE(c.numa.memory_affinity);

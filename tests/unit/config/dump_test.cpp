@@ -44,7 +44,7 @@ TEST(Config, dump_writes_every_key_of_every_section) {
                           "gpu_idle_threshold = 10",
                           "gpu_active_threshold = 80",
                           "phase_stability_count = 3",
-                          "nccl_detection_enabled = false",
+                          "nccl_detection_enabled = true",
                           "[numa]",
                           "enabled = true",
                           "gpu_affinity = true",

@@ -54,7 +54,8 @@ TEST(PhaseDetector, default_options_are_the_documented_defaults) {
   EXPECT_EQ(o.gpu_idle_threshold, 10);
   EXPECT_EQ(o.gpu_active_threshold, 80);
   EXPECT_EQ(o.phase_stability_count, 3U);
-  EXPECT_FALSE(o.nccl_detection_enabled);
+  // On by default since NCCL activity and futex waits are measured (docs/configuration.md).
+  EXPECT_TRUE(o.nccl_detection_enabled);
 }
 
 // ---- rule 1 ----------------------------------------------------------------------------------
@@ -90,7 +91,9 @@ TEST(PhaseDetector, nccl_active_with_futex_waits_is_nccl_collective_when_enabled
 }
 
 TEST(PhaseDetector, nccl_is_never_detected_when_disabled) {
-  const PhaseDetector d(PhaseDetectionOptions{});
+  PhaseDetectionOptions off;
+  off.nccl_detection_enabled = false;
+  const PhaseDetector d(off);
   TaskState s = ml_task();
   s.nccl_active = true;
   s.futex_wait_count = 1000;
