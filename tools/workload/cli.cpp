@@ -83,6 +83,10 @@ int run_cli(int argc, char** argv) {
   app.add_option("--truth-log", job.truth_log,
                  "Write every process's true phase changes as JSON lines: "
                  "{\"t_ns\": CLOCK_MONOTONIC ns, \"pid\": N, \"phase\": \"GpuCompute\"}");
+  app.add_option("--step-log", job.step_log,
+                 "At the end, write every rank's steps as JSON lines: "
+                 "{\"rank\": 0, \"step\": 3, \"step_ms\": 52.1, \"data_wait_ms\": 2.4, "
+                 "\"warmup\": false}");
   app.add_flag("--emulated-gpu", job.emulated_gpu,
                "Use the project's emulated GPU (<bin>/../lib/fake/libcuda.so.1, or "
                "$ZERNEL_FAKE_LIB_DIR) instead of the system's libcuda.so.1");

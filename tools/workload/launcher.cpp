@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -156,6 +157,15 @@ int run_job(const JobOptions& o) {
       return kExitError;
     }
   }
+  // Opened (and truncated) now, so that a bad path fails before any work; written at the end.
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> step_log(nullptr, &std::fclose);
+  if (!o.step_log.empty()) {
+    step_log.reset(std::fopen(o.step_log.c_str(), "we"));
+    if (!step_log) {
+      print_error(fmt::format("opening the step log {}: {}", o.step_log, std::strerror(errno)));
+      return kExitError;
+    }
+  }
   auto dataset = Dataset::create(data_parent(o), kDatasetFiles, o.batch_kib * 1024);
   if (!dataset) {
     print_error(dataset.error().message());
@@ -244,6 +254,14 @@ int run_job(const JobOptions& o) {
     return kExitError;
   }
   const bool interrupted = stop_requested() || reports.size() != ranks.size();
+  if (step_log) {
+    const std::string lines = step_log_lines(o, reports);
+    const bool written = std::fputs(lines.c_str(), step_log.get()) >= 0;
+    if (std::fclose(step_log.release()) != 0 || !written) {
+      print_error(fmt::format("writing the step log {}: {}", o.step_log, std::strerror(errno)));
+      return kExitError;
+    }
+  }
   fmt::print("{}\n", job_summary(o, reports, interrupted).dump());
   std::fflush(stdout);
   return kExitOk;

@@ -26,6 +26,7 @@ struct JobOptions {
   std::size_t batch_kib = 1024;  // bytes read from the dataset per batch
   std::string data_dir;          // parent of the temporary dataset; empty = $TMPDIR or /var/tmp
   std::string truth_log;         // empty = none
+  std::string step_log;          // empty = none; per-step times as JSON lines, written at the end
   bool emulated_gpu = false;
 };
 

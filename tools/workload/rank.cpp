@@ -181,6 +181,7 @@ Result<void> Rank::optimizer_step(Gpu& gpu) {
 
 void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohmann::json& result) {
   std::vector<std::uint64_t> step_ns;
+  std::vector<std::uint64_t> data_wait_ns;  // per step: the time part 1 (next batch) took
   std::uint64_t measured_start_ns = 0;
   std::uint64_t end_ns = 0;
   std::string error;
@@ -197,6 +198,7 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       const std::uint64_t t0 = monotonic_ns();
       if (step == o_.warmup_steps) measured_start_ns = t0;
       Result<void> r = next_batch(workers, step);
+      const std::uint64_t data_wait = monotonic_ns() - t0;
       if (r && o_.gpu_ms > 0) {
         log_.enter(Phase::gpu_compute);
         r = gpu_work(gpu, ms_to_ns(o_.gpu_ms));
@@ -215,12 +217,14 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       }
       end_ns = monotonic_ns();
       step_ns.push_back(end_ns - t0);
+      data_wait_ns.push_back(data_wait);
     }
   }
   log_.enter(Phase::unknown);
 
   result["steps"] = step_ns.size();
   result["step_ns"] = step_ns;
+  result["data_wait_ns"] = data_wait_ns;
   result["measured_start_ns"] = measured_start_ns;
   result["end_ns"] = end_ns;
   result["reads_direct"] = reads_direct_;

@@ -23,6 +23,12 @@ Result<RankReport> parse_rank_report(std::string_view text) {
     r.pid = j.value("pid", 0);
     if (j.contains("error")) r.error = j["error"].get<std::string>();
     if (j.contains("step_ns")) r.step_ns = j["step_ns"].get<std::vector<std::uint64_t>>();
+    if (j.contains("data_wait_ns")) {
+      r.data_wait_ns = j["data_wait_ns"].get<std::vector<std::uint64_t>>();
+    }
+    if (r.data_wait_ns.size() != r.step_ns.size()) {
+      return Error(EPROTO, "malformed rank report: step_ns and data_wait_ns differ in length");
+    }
     r.measured_start_ns = j.value("measured_start_ns", std::uint64_t{0});
     r.end_ns = j.value("end_ns", std::uint64_t{0});
     r.reads_direct = j.value("reads_direct", std::uint64_t{0});
@@ -55,6 +61,7 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
   std::uint64_t reads_direct = 0;
   std::uint64_t reads_buffered = 0;
   std::vector<std::uint64_t> measured;
+  std::vector<std::uint64_t> waits;
   const auto warmup = static_cast<std::size_t>(opts.warmup_steps);
   for (const RankReport& r : ranks) {
     steps = std::min(steps, r.step_ns.size());
@@ -64,6 +71,8 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
     if (m > 0) {
       measured.insert(measured.end(), r.step_ns.begin() + static_cast<std::ptrdiff_t>(warmup),
                       r.step_ns.end());
+      waits.insert(waits.end(), r.data_wait_ns.begin() + static_cast<std::ptrdiff_t>(warmup),
+                   r.data_wait_ns.end());
       first_start = std::min(first_start, r.measured_start_ns);
       last_end = std::max(last_end, r.end_ns);
     }
@@ -72,12 +81,15 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
   }
   if (ranks.empty()) measured_global = 0;
   std::sort(measured.begin(), measured.end());
+  std::sort(waits.begin(), waits.end());
   const double elapsed_s = last_end > first_start && !measured.empty()
                                ? static_cast<double>(last_end - first_start) / 1e9
                                : 0;
-  double mean_ms = 0;
-  for (std::uint64_t ns : measured) mean_ms += static_cast<double>(ns) / 1e6;
-  if (!measured.empty()) mean_ms /= static_cast<double>(measured.size());
+  const auto mean_of = [](const std::vector<std::uint64_t>& v) {
+    double ms = 0;
+    for (std::uint64_t ns : v) ms += static_cast<double>(ns) / 1e6;
+    return v.empty() ? 0.0 : ms / static_cast<double>(v.size());
+  };
 
   nlohmann::ordered_json j;
   j["steps"] = steps;
@@ -86,9 +98,11 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
       elapsed_s > 0 ? round_to(static_cast<double>(measured_global) / elapsed_s, 1e4) : 0.0;
   j["step_p50_ms"] = round_to(percentile_ms(measured, 50), 1e3);
   j["step_p99_ms"] = round_to(percentile_ms(measured, 99), 1e3);
-  j["step_mean_ms"] = round_to(mean_ms, 1e3);
+  j["step_mean_ms"] = round_to(mean_of(measured), 1e3);
   j["step_max_ms"] =
       round_to(measured.empty() ? 0.0 : static_cast<double>(measured.back()) / 1e6, 1e3);
+  j["data_wait_mean_ms"] = round_to(mean_of(waits), 1e3);
+  j["data_wait_p99_ms"] = round_to(percentile_ms(waits, 99), 1e3);
   j["measured_steps"] = measured_global;
   j["warmup_steps"] = opts.warmup_steps;
   j["elapsed_s"] = round_to(elapsed_s, 1e4);
@@ -99,6 +113,23 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
   j["emulated_gpu"] = opts.emulated_gpu;
   j["interrupted"] = interrupted;
   return j;
+}
+
+std::string step_log_lines(const JobOptions& opts, const std::vector<RankReport>& ranks) {
+  std::string out;
+  for (const RankReport& r : ranks) {
+    for (std::size_t i = 0; i < r.step_ns.size(); ++i) {
+      nlohmann::ordered_json j;
+      j["rank"] = r.rank;
+      j["step"] = i;
+      j["step_ms"] = round_to(static_cast<double>(r.step_ns[i]) / 1e6, 1e3);
+      j["data_wait_ms"] = round_to(static_cast<double>(r.data_wait_ns[i]) / 1e6, 1e3);
+      j["warmup"] = i < static_cast<std::size_t>(opts.warmup_steps);
+      out += j.dump();
+      out += '\n';
+    }
+  }
+  return out;
 }
 
 }  // namespace zernel::workload
