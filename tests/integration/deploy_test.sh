@@ -57,6 +57,7 @@ check "unit: Type=simple" "grep -qx 'Type=simple' $unit"
 check "unit: ExecStart" "grep -qx 'ExecStart=/usr/local/bin/zernel-scheduler --config /etc/zernel/scheduler.toml' $unit"
 check "unit: Restart=on-failure" "grep -qx 'Restart=on-failure' $unit"
 check "unit: RuntimeDirectory=zernel" "grep -qx 'RuntimeDirectory=zernel' $unit"
+check "unit: the journal in /run/zernel outlives a crash" "grep -qx 'RuntimeDirectoryPreserve=yes' $unit"
 check "unit: bounded capabilities" "grep -q '^CapabilityBoundingSet=CAP_SYS_NICE CAP_SYS_ADMIN CAP_BPF CAP_PERFMON' $unit"
 if command -v systemd-analyze > /dev/null; then
   sed "s#/usr/local/bin/zernel-scheduler#$(realpath "$Z")#g; s#/etc/zernel/scheduler.toml#$(realpath "$D/scheduler.toml")#g" \
