@@ -16,6 +16,13 @@
  *   zernel_stats      PERCPU_ARRAY key __u32 enum zernel_stat -> __u64   (BPF counts, loader sums)
  *   zernel_task_ctx   TASK_STORAGE -> struct zernel_task_ctx (BPF writes; userspace may look a
  *                     live thread up with a pidfd key)
+ * Global (the skeleton's .bss, memory-mapped by the loader):
+ *   __u64 zernel_decision_gen   the decision generation. The loader increments it (atomically,
+ *                     after the map update or delete has returned) every time it writes or deletes
+ *                     entries of zernel_decisions. Each thread caches its process's decision in
+ *                     its task storage and re-reads zernel_decisions only when the generation
+ *                     moved, so a writer that does not increment it is not seen until some other
+ *                     write does.
  * Exit info is the scx "uei" (struct user_exit_info in scx/user_exit_info_common.h, written by
  * UEI_RECORD in ops.exit); the kernel's exit kinds are mirrored here as enum zernel_exit_kind.
  */
@@ -84,10 +91,12 @@ enum zernel_phase {
 };
 
 /*
- * Per-process decision, keyed by tgid: every thread of the process follows it. 48 bytes.
- * Written by the loader only when it changes; the BPF side reads it on every enqueue, so a
- * torn read (the loader replacing a value while a CPU reads it) can mix two decisions of the
- * same process for one scheduling event, which is harmless.
+ * Per-process decision, keyed by tgid: every thread of the process follows it. 40 bytes.
+ * Written by the loader only when it changes, followed by an increment of zernel_decision_gen;
+ * each thread copies it into its task storage at its first scheduling event after the
+ * increment. A torn read (the loader replacing a value while a CPU copies it) can mix two
+ * decisions of the same process until the increment that follows the write makes the thread
+ * read it again, which is harmless.
  */
 struct zernel_decision {
 	__u64 slice_ns;			/* ns: time slice; 0 = ZERNEL_SLICE_DFL_US; clamped to MIN..MAX */

@@ -5,8 +5,10 @@
  * The daemon decides per process (tgid) and writes struct zernel_decision (intf.h) into
  * zernel_decisions: a weight (priority), a time slice (phase), a latency target, whether a
  * wakeup may preempt, a preferred CPU and NUMA node, and a tenant. Every thread of the process
- * looks the decision up by p->tgid, so every thread follows it. A task with no decision is
- * scheduled like any other task, with the weight of its nice value (1024 at nice 0).
+ * looks the decision up by p->tgid, so every thread follows it; it keeps a copy in its task
+ * storage and looks again only when the loader has changed some decision since (below, COST).
+ * A task with no decision is scheduled like any other task, with the weight of its nice value
+ * (1024 at nice 0).
  *
  * ALGORITHM: weighted virtual time, one shared queue.
  *
@@ -32,10 +34,13 @@
  *	eff_weight(thread i of tenant T) = W_T * 1024 / 100 * w_i / S_T
  *
  * so the tenant's threads together hold W_T * 1024 / 100 whatever number of them are busy, and
- * split it by their own weights. S_T is kept with atomic adds in ops.runnable/ops.quiescent;
- * each thread remembers what it added (tenant slot and weight) so that a decision changing while
- * it is runnable cannot unbalance the sum. ops.enqueue reconciles the contribution when the
- * decision changed, so a CPU hog that never sleeps is counted as soon as it gets a decision.
+ * split it by their own weights. S_T is kept with atomic adds: a thread joins when it wakes
+ * (ops.select_cpu, or ops.enqueue for wakeups that skip it) and leaves when it stops to sleep
+ * (ops.stopping with runnable false) or leaves sched_ext (ops.disable): the runnable/quiescent
+ * pairs, without two more callbacks per wakeup. Each thread remembers what it added (tenant slot
+ * and weight) so that a decision changing while it is runnable cannot unbalance the sum; the
+ * thread re-reads a changed decision at its next scheduling event and moves its contribution
+ * then, so a CPU hog that never sleeps is counted as soon as it gets a decision.
  * To keep precision the charge is computed as used * num / den with num = S_T * 100 and den =
  * W_T * w_i (no tenant: num = 1024 * 100, den = w_i * tenant_weight).
  *
@@ -86,6 +91,26 @@
  * counts; per-CPU counters (enum zernel_stat); CPU time per phase; the exit kind and reason via
  * the UEI helpers.
  *
+ * COST. A wakeup runs select_cpu (or enqueue), running and stopping, and a CPU going idle runs
+ * dispatch; these must cost about what scx_simple's do (docs/benchmarks.md). So:
+ * - one task-storage lookup per callback, and no hash lookup: the process's decision is cached
+ *   in the thread's storage with the value of zernel_decision_gen (intf.h) it was read at. The
+ *   loader increments the generation after every write or delete, and a thread whose cached
+ *   generation differs reads zernel_decisions once and caches the result (clamped, the node of
+ *   the preferred CPU resolved). Between writes, that is no lookup at all; after one, one per
+ *   thread. The cost of a global generation: one changed decision makes every thread look once.
+ * - no ops.runnable / ops.quiescent: their work (wakeup count, sleeper credit, tenant load) is
+ *   done in select_cpu / enqueue and stopping, which run anyway.
+ * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
+ * - the rescue DSQ is looked at only while the starvation scan has flagged it;
+ * - counters are per-CPU array slots (no shared cache line); the charge of a thread without a
+ *   tenant needs no scaling loop.
+ * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
+ *   for a wakeup select_cpu found no idle CPU, or chose the waker's CPU on purpose (a
+ *   synchronous wakeup), and a kick would undo that with an IPI and a migration.
+ * A direct dispatch to the local DSQ when select_cpu finds an idle CPU (as scx_simple) skips
+ * ops.enqueue altogether.
+ *
  * KERNEL COMPATIBILITY (6.12 .. 7.x). Built against the 7.3 vmlinux.h and the scx headers of the
  * same tree, relocated with CO-RE. Kfuncs that were renamed or added go through scx/compat.bpf.h
  * (declared __weak, chosen with bpf_ksym_exists(): scx_bpf_dispatch* -> scx_bpf_dsq_insert* in
@@ -115,8 +140,13 @@
  *   sleeper credit floor for a moment.
  * - Per-CPU "current weight" is read without locks: two waking threads may pick the same victim;
  *   the second waits behind the first at the head of that CPU's queue.
- * - The loader may replace a decision while a CPU reads it (hash map value copy): one scheduling
- *   event may see a mix of the old and new decision of the same process.
+ * - The loader may replace a decision while a thread copies it into its cache: the copy may mix
+ *   the old and new decision of the same process until the generation increment that follows
+ *   the write makes the thread copy it again (at its next scheduling event).
+ * - The generation is read before the lookup, so a write racing with a refresh leaves the
+ *   thread with an older generation than the value it saw: it looks once more, never too few.
+ * - rescue_pending is cleared by a dispatch that found the rescue DSQ empty; a rescue racing
+ *   with that is served when the next scan (100 ms) sets it again.
  * - Tenant weights and loads are read without locks: a charge may use a stale S_T.
  */
 #include <scx/common.bpf.h>
@@ -133,6 +163,12 @@ const volatile u64 starve_ns = ZERNEL_STARVE_DFL_US * 1000ULL;
 /* Tests only: scx_bpf_error() this long after ops.init, to exercise the ejection path. */
 const volatile u64 inject_error_after_ns;
 
+/*
+ * The decision generation (intf.h): the loader increments it after every write or delete in
+ * zernel_decisions. A thread re-reads its process's decision only when this moved.
+ */
+u64 zernel_decision_gen;
+
 UEI_DEFINE(uei);
 
 /* The kernel's exit kinds are ABI; intf.h mirrors them for the loader. */
@@ -145,6 +181,7 @@ enum {
 	ZERNEL_DSQ_SHARED = 0,		/* vtime-ordered queue of every waiting task */
 	ZERNEL_DSQ_RESCUE = 1,		/* FIFO of starved tasks, served first */
 	ZERNEL_USED_MAX_NS = 1000000000, /* a single charge covers at most 1 s of run time */
+	ZERNEL_NO_PHASE = 0xFF,		/* task_ctx.phase of a thread with no decision */
 };
 
 #define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
@@ -153,6 +190,12 @@ enum {
 
 static u64 vtime_now;
 static u64 init_at;			/* ns: when ops.init ran */
+/*
+ * Non-zero while the rescue DSQ may hold tasks: the scan's count of them, cleared by ops.dispatch
+ * when it finds the DSQ empty. (A count, not a flag: clang shrinks a 0/1 static to one byte,
+ * which the kernel's BTF check then rejects.)
+ */
+static u64 rescue_pending;
 
 /* The contract's maps (intf.h). */
 struct {
@@ -183,11 +226,27 @@ struct {
 	__type(value, u64);
 } zernel_stats SEC(".maps");
 
-/* Task storage: the shared part (intf.h) and a scratch cpumask for the node search. */
+/*
+ * Task storage: the shared part (intf.h), a scratch cpumask for the node search, and the
+ * process's decision as this thread last read it (refreshed when zernel_decision_gen moves), so
+ * that the hot paths need one task-storage lookup and no hash lookup.
+ */
 struct task_ctx {
 	struct zernel_task_ctx pub;
 	struct bpf_cpumask __kptr *tmp_mask;
-	u64 in_order;		/* 1: queued in the shared queue, so it runs in vtime order */
+	u64 gen;		/* zernel_decision_gen the cache below was read at; ~0 = never */
+	u64 slice;		/* ns: the decision's slice, clamped; SLICE_DFL_NS without one */
+	u64 lat_ns;		/* ns: latency target; 0 = none */
+	u32 weight;		/* decision weight, clamped; 0 = no decision (weight from nice) */
+	u32 tweight;		/* decision's tenant_weight, clamped (cgroup scale) */
+	s32 pref_cpu;		/* preferred CPU, checked against nr_cpus; ZERNEL_NO_CPU = none */
+	s32 pref_node;		/* the decision's node, else the preferred CPU's; -1 = none */
+	u16 tenant;		/* tenant slot; ZERNEL_NO_TENANT = none */
+	u8 phase;		/* enum zernel_phase; ZERNEL_NO_PHASE without a decision */
+	u8 flags;		/* enum zernel_decision_flags */
+	u8 in_order;		/* 1: queued in the shared queue, so it runs in vtime order */
+	u8 woke;		/* 1: ops.select_cpu counted this wakeup (ops.running clears) */
+	u8 __pad[6];
 };
 
 struct {
@@ -197,15 +256,20 @@ struct {
 	__type(value, struct task_ctx);
 } zernel_task_ctx SEC(".maps");
 
-/* What each CPU runs, for the preemption victim search (read from other CPUs, unlocked). */
+/*
+ * What each CPU runs, for the preemption victim search. Per-CPU, so that each CPU's entry has a
+ * cache line of its own (ops.running and ops.stopping write it on nearly every context switch);
+ * written for p's CPU, read by the victim search unlocked, both with
+ * bpf_map_lookup_percpu_elem().
+ */
 struct cpu_state {
 	u64 weight;			/* decision weight of the running task; 0 = none of ours */
 	u64 slice_end;			/* ns: when its slice ends */
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, ZERNEL_MAX_CPUS);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
 	__type(key, u32);
 	__type(value, struct cpu_state);
 } cpu_states SEC(".maps");
@@ -232,7 +296,7 @@ struct {
 	__type(value, struct starve_timer);
 } starve_timers SEC(".maps");
 
-static void stat_add(u32 idx, u64 v)
+static __always_inline void stat_add(u32 idx, u64 v)
 {
 	u64 *cnt = bpf_map_lookup_elem(&zernel_stats, &idx);
 
@@ -240,26 +304,14 @@ static void stat_add(u32 idx, u64 v)
 		*cnt += v;
 }
 
-static void stat_inc(u32 idx)
+static __always_inline void stat_inc(u32 idx)
 {
 	stat_add(idx, 1);
 }
 
-static u64 now_ns(void)
+static __always_inline u64 now_ns(void)
 {
 	return scx_bpf_now();
-}
-
-static struct task_ctx *lookup_tctx(struct task_struct *p)
-{
-	return bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
-}
-
-static struct zernel_decision *lookup_decision(struct task_struct *p)
-{
-	u32 tgid = p->tgid;
-
-	return bpf_map_lookup_elem(&zernel_decisions, &tgid);
 }
 
 static u64 clamp_u64(u64 v, u64 lo, u64 hi)
@@ -267,95 +319,40 @@ static u64 clamp_u64(u64 v, u64 lo, u64 hi)
 	return v < lo ? lo : (v > hi ? hi : v);
 }
 
-/* The decision weight: the process's, or the nice value's (p->scx.weight is 100 at nice 0). */
-static u64 task_weight(struct task_struct *p, const struct zernel_decision *d)
+static __always_inline bool has_tenant(const struct task_ctx *tctx)
 {
-	if (d)
-		return clamp_u64(d->weight, ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	return tctx->tenant < ZERNEL_MAX_TENANTS;
+}
+
+/* The decision weight: the process's, or the nice value's (p->scx.weight is 100 at nice 0). */
+static __always_inline u64 task_weight(struct task_struct *p, const struct task_ctx *tctx)
+{
+	if (tctx->weight)
+		return tctx->weight;
 	return clamp_u64((u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100, ZERNEL_WEIGHT_MIN,
 			 ZERNEL_WEIGHT_MAX);
 }
 
-static u64 task_slice(const struct zernel_decision *d)
-{
-	if (!d || !d->slice_ns)
-		return SLICE_DFL_NS;
-	return clamp_u64(d->slice_ns, SLICE_MIN_NS, SLICE_MAX_NS);
-}
-
-static bool has_tenant(const struct zernel_decision *d)
-{
-	return d && d->tenant < ZERNEL_MAX_TENANTS;
-}
-
 /* The tenant's weight (cgroup scale): its array entry, else the decision's tenant_weight. */
-static u64 tenant_weight(const struct zernel_decision *d)
+static u64 tenant_weight(const struct task_ctx *tctx)
 {
-	u32 slot = d->tenant;
+	u32 slot = tctx->tenant;
 	struct zernel_tenant *t = bpf_map_lookup_elem(&zernel_tenants, &slot);
-	u64 w = t && t->weight ? t->weight : d->tenant_weight;
 
-	return clamp_u64(w ? w : ZERNEL_TENANT_WEIGHT_DFL, ZERNEL_TENANT_WEIGHT_MIN,
-			 ZERNEL_TENANT_WEIGHT_MAX);
-}
-
-/*
- * The vtime charge per ns of run time is num / den (see the opening comment). den <= 10^9;
- * num = S_T * 100 could reach 2^40 (65,536 threads of weight 100,000), so both are shifted
- * down until num < 2^33: then used (<= 1 s < 2^30) * num stays below 2^63.
- */
-struct charge {
-	u64 num;
-	u64 den;
-};
-
-static void task_charge(struct task_struct *p, const struct zernel_decision *d,
-			struct charge *c)
-{
-	u64 w = task_weight(p, d);
-
-	if (has_tenant(d)) {
-		u32 slot = d->tenant;
-		struct zernel_tenant_load *load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
-		s64 sum = load ? load->runnable_weight : 0;
-
-		if (sum < (s64)w)
-			sum = w;
-		c->num = (u64)sum * 100;
-		c->den = tenant_weight(d) * w;
-	} else {
-		u64 tw = d && d->tenant_weight ? d->tenant_weight : ZERNEL_TENANT_WEIGHT_DFL;
-
-		c->num = (u64)ZERNEL_WEIGHT_DFL * 100;
-		c->den = w * clamp_u64(tw, ZERNEL_TENANT_WEIGHT_MIN, ZERNEL_TENANT_WEIGHT_MAX);
-	}
-	/* Bounded: num < 2^41 to start with. */
-	bpf_repeat(8) {
-		if (c->num < (1ULL << 33))
-			break;
-		c->num >>= 1;
-		c->den >>= 1;
-	}
-	if (!c->den)
-		c->den = 1;
-}
-
-static u64 scale_charge(u64 ns, const struct charge *c)
-{
-	if (ns > ZERNEL_USED_MAX_NS)
-		ns = ZERNEL_USED_MAX_NS;
-	return ns * c->num / c->den;
+	if (t && t->weight)
+		return clamp_u64(t->weight, ZERNEL_TENANT_WEIGHT_MIN, ZERNEL_TENANT_WEIGHT_MAX);
+	return tctx->tweight;
 }
 
 /*
  * Keeps the tenant's runnable weight in step with this (runnable) thread's decision: adds what
  * the thread should contribute and removes what it contributed before, if that differs.
  */
-static void tenant_account(struct task_struct *p, struct zernel_task_ctx *tc,
-			   const struct zernel_decision *d)
+static void tenant_account(struct task_struct *p, struct task_ctx *tctx)
 {
-	u16 want_slot = has_tenant(d) ? d->tenant : ZERNEL_NO_TENANT;
-	s64 want_w = has_tenant(d) ? (s64)task_weight(p, d) : 0;
+	struct zernel_task_ctx *tc = &tctx->pub;
+	u16 want_slot = tctx->tenant;
+	s64 want_w = has_tenant(tctx) ? (s64)task_weight(p, tctx) : 0;
 	struct zernel_tenant_load *load;
 	u32 slot;
 
@@ -400,13 +397,131 @@ static void tenant_unaccount(struct zernel_task_ctx *tc)
 	tc->contrib_weight = 0;
 }
 
-static struct cpu_state *lookup_cpu_state(s32 cpu)
+/*
+ * Re-reads the process's decision into the thread's cache (the one hash lookup, done only when
+ * the loader changed some decision since this thread last looked). Every caller runs for a
+ * runnable thread, so the tenant contribution follows the new decision at once.
+ */
+static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx, u64 gen)
 {
-	u32 key = cpu;
+	u32 tgid = p->tgid;
+	struct zernel_decision *d = bpf_map_lookup_elem(&zernel_decisions, &tgid);
+	s32 pcpu, node;
+	u64 tw;
 
-	if (cpu < 0 || cpu >= ZERNEL_MAX_CPUS)
+	tctx->gen = gen;
+	if (!d) {
+		tctx->weight = 0;
+		tctx->tweight = ZERNEL_TENANT_WEIGHT_DFL;
+		tctx->slice = SLICE_DFL_NS;
+		tctx->lat_ns = 0;
+		tctx->pref_cpu = ZERNEL_NO_CPU;
+		tctx->pref_node = ZERNEL_NO_CPU;
+		tctx->tenant = ZERNEL_NO_TENANT;
+		tctx->phase = ZERNEL_NO_PHASE;
+		tctx->flags = 0;
+	} else {
+		tctx->weight = clamp_u64(d->weight, ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+		tw = d->tenant_weight ? d->tenant_weight : ZERNEL_TENANT_WEIGHT_DFL;
+		tctx->tweight = clamp_u64(tw, ZERNEL_TENANT_WEIGHT_MIN, ZERNEL_TENANT_WEIGHT_MAX);
+		tctx->slice = d->slice_ns ? clamp_u64(d->slice_ns, SLICE_MIN_NS, SLICE_MAX_NS) :
+					    SLICE_DFL_NS;
+		tctx->lat_ns = (u64)d->latency_target_us * 1000;
+		pcpu = d->preferred_cpu;
+		node = d->preferred_node;
+		if (pcpu < 0 || pcpu >= nr_cpus || pcpu >= ZERNEL_MAX_CPUS)
+			pcpu = ZERNEL_NO_CPU;
+		else if (node < 0)
+			node = cpu_node[pcpu & (ZERNEL_MAX_CPUS - 1)];
+		if (node < 0 || node >= nr_nodes || node >= ZERNEL_MAX_NODES)
+			node = ZERNEL_NO_CPU;
+		tctx->pref_cpu = pcpu;
+		tctx->pref_node = node;
+		tctx->tenant = d->tenant < ZERNEL_MAX_TENANTS ? d->tenant : ZERNEL_NO_TENANT;
+		tctx->phase = d->phase < ZERNEL_PHASE_NR ? d->phase : ZERNEL_PHASE_UNKNOWN;
+		tctx->flags = d->flags;
+	}
+	tenant_account(p, tctx);
+}
+
+/* The thread's storage with its decision cache up to date: one lookup on the hot paths. */
+static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+	u64 gen;
+
+	if (!tctx)
 		return NULL;
-	return bpf_map_lookup_elem(&cpu_states, &key);
+	gen = *(volatile u64 *)&zernel_decision_gen;
+	if (tctx->gen != gen)
+		task_refresh(p, tctx, gen);
+	return tctx;
+}
+
+/*
+ * The vtime charge per ns of run time is num / den (see the opening comment). den <= 10^9;
+ * num = S_T * 100 could reach 2^40 (65,536 threads of weight 100,000), so both are shifted
+ * down until num < 2^33: then used (<= 1 s < 2^30) * num stays below 2^63.
+ */
+struct charge {
+	u64 num;
+	u64 den;
+};
+
+static __always_inline void task_charge(struct task_struct *p, const struct task_ctx *tctx,
+					struct charge *c)
+{
+	u64 w = task_weight(p, tctx);
+	int i;
+
+	if (!has_tenant(tctx)) {
+		/* num is 102,400, den at most 10^9: no scaling needed. */
+		c->num = (u64)ZERNEL_WEIGHT_DFL * 100;
+		c->den = w * tctx->tweight;
+		return;
+	}
+	{
+		u32 slot = tctx->tenant;
+		struct zernel_tenant_load *load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
+		s64 sum = load ? load->runnable_weight : 0;
+
+		if (sum < (s64)w)
+			sum = w;
+		c->num = (u64)sum * 100;
+		c->den = tenant_weight(tctx) * w;
+	}
+	/* Bounded: num < 2^41 to start with. */
+	for (i = 0; i < 8 && c->num >= (1ULL << 33); i++) {
+		c->num >>= 1;
+		c->den >>= 1;
+	}
+	if (!c->den)
+		c->den = 1;
+}
+
+static __always_inline u64 scale_charge(u64 ns, const struct charge *c)
+{
+	if (ns > ZERNEL_USED_MAX_NS)
+		ns = ZERNEL_USED_MAX_NS;
+	return ns * c->num / c->den;
+}
+
+/* The request that sets the queue position: the latency target, else the slice. */
+static __always_inline u64 task_request(const struct task_ctx *tctx)
+{
+	return tctx->lat_ns ? tctx->lat_ns : tctx->slice;
+}
+
+/*
+ * The state of the CPU p runs on. Usually the current CPU, but not always: ops.running and
+ * ops.stopping also run on another CPU that holds p's runqueue lock (a property change of a
+ * running task: nice, affinity, policy).
+ */
+static __always_inline struct cpu_state *task_cpu_state(struct task_struct *p)
+{
+	u32 zero = 0;
+
+	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, scx_bpf_task_cpu(p));
 }
 
 static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_flags)
@@ -415,17 +530,35 @@ static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_f
 }
 
 /*
+ * A waking thread: counts the wakeup, limits the credit its sleep earned, and (re)joins its
+ * tenant's runnable weight. Called from ops.select_cpu and, for wakeups that skip it (one
+ * allowed CPU, migration disabled), from ops.enqueue: the work of ops.runnable, without the
+ * cost of a separate callback on every wakeup.
+ */
+static __always_inline void task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
+{
+	u64 floor = vtime_now - SLICE_DFL_NS;
+
+	if (ttwu)	/* not a new task's first placement (SCX_WAKE_FORK) */
+		tctx->pub.wakeups++;
+	tctx->woke = 1;
+	/* Sleeping earns at most one default slice of credit. */
+	if (vtime_now > SLICE_DFL_NS && time_before(tctx->pub.vtime, floor))
+		tctx->pub.vtime = floor;
+	tenant_account(p, tctx);
+}
+
+/*
  * A preempting wakeup that found no idle CPU in select_cpu (or skipped it: single-CPU affinity).
  * Returns true when the task was placed.
  */
-static bool try_preempt(struct task_struct *p, const struct zernel_decision *d, u64 slice,
-			u64 enq_flags)
+static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
-	u64 my_w = task_weight(p, d);
-	u64 lat_ns = (u64)d->latency_target_us * 1000;
+	u64 my_w = task_weight(p, tctx), lat_ns = tctx->lat_ns, slice = tctx->slice;
 	u64 victim_w = my_w, now = now_ns();
 	s32 victim = -1, only = -1, cpu;
 	bool in_time = false;
+	u32 zero = 0;
 
 	if (is_migration_disabled(p))
 		only = scx_bpf_task_cpu(p);
@@ -450,7 +583,7 @@ static bool try_preempt(struct task_struct *p, const struct zernel_decision *d, 
 			continue;
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
-		cs = lookup_cpu_state(cpu);
+		cs = bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
 		if (!cs || !cs->weight)
 			continue;
 		if (lat_ns && cs->slice_end && time_before_eq(cs->slice_end, now + lat_ns)) {
@@ -479,7 +612,7 @@ static s32 pick_idle_in_node(struct task_struct *p, struct task_ctx *tctx, s32 n
 	struct node_mask *entry;
 	u32 key = node;
 
-	if (node < 0 || node >= nr_nodes || node >= ZERNEL_MAX_NODES || !tctx)
+	if (node < 0 || node >= nr_nodes || node >= ZERNEL_MAX_NODES)
 		return -1;
 	entry = bpf_map_lookup_elem(&node_masks, &key);
 	if (!entry)
@@ -492,38 +625,45 @@ static s32 pick_idle_in_node(struct task_struct *p, struct task_ctx *tctx, s32 n
 	return scx_bpf_pick_idle_cpu(cast_mask(tmp), 0);
 }
 
+/* The preferred CPU, then an idle CPU of the preferred node; -1 when neither is free. */
+static s32 pick_preferred(struct task_struct *p, struct task_ctx *tctx)
+{
+	s32 pcpu = tctx->pref_cpu, cpu;
+
+	if (pcpu >= 0 && bpf_cpumask_test_cpu(pcpu, p->cpus_ptr) &&
+	    scx_bpf_test_and_clear_cpu_idle(pcpu)) {
+		stat_inc(ZERNEL_STAT_PREF_CPU_HIT);
+		return pcpu;
+	}
+	if (tctx->pref_node >= 0) {
+		cpu = pick_idle_in_node(p, tctx, tctx->pref_node);
+		if (cpu >= 0) {
+			stat_inc(ZERNEL_STAT_PREF_NODE_HIT);
+			return cpu;
+		}
+	}
+	stat_inc(ZERNEL_STAT_PREF_MISS);
+	return -1;
+}
+
 s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
-	struct zernel_decision *d = lookup_decision(p);
-	u64 slice = task_slice(d);
+	struct task_ctx *tctx = task_ctx_get(p);
+	u64 slice = SLICE_DFL_NS;
 	bool is_idle = false;
 	s32 cpu;
 
-	if (d) {
-		s32 pcpu = d->preferred_cpu, node = d->preferred_node;
-
-		if (pcpu >= 0 && pcpu < nr_cpus && pcpu < ZERNEL_MAX_CPUS) {
-			if (bpf_cpumask_test_cpu(pcpu, p->cpus_ptr) &&
-			    scx_bpf_test_and_clear_cpu_idle(pcpu)) {
-				stat_inc(ZERNEL_STAT_PREF_CPU_HIT);
-				stat_inc(ZERNEL_STAT_LOCAL);
-				scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, 0);
-				return pcpu;
-			}
-			if (node < 0)
-				node = cpu_node[pcpu & (ZERNEL_MAX_CPUS - 1)];
-		}
-		if (node >= 0) {
-			cpu = pick_idle_in_node(p, lookup_tctx(p), node);
+	if (tctx) {
+		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
+		slice = tctx->slice;
+		if (tctx->pref_cpu >= 0 || tctx->pref_node >= 0) {
+			cpu = pick_preferred(p, tctx);
 			if (cpu >= 0) {
-				stat_inc(ZERNEL_STAT_PREF_NODE_HIT);
 				stat_inc(ZERNEL_STAT_LOCAL);
 				scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice, 0);
 				return cpu;
 			}
 		}
-		if (pcpu >= 0 || node >= 0)
-			stat_inc(ZERNEL_STAT_PREF_MISS);
 	}
 
 	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
@@ -536,41 +676,52 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
-	struct zernel_decision *d = lookup_decision(p);
-	struct task_ctx *tctx = lookup_tctx(p);
-	u64 slice = task_slice(d), key, request;
+	struct task_ctx *tctx = task_ctx_get(p);
 	struct charge c;
+	bool woke;
+	u64 key;
 	s32 cpu;
 
-	if (d) {
+	if (!tctx) {
+		/* Not initialised (cannot happen after init_task); keep it running. */
+		scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, SLICE_DFL_NS, vtime_now, enq_flags);
+		stat_inc(ZERNEL_STAT_UNDECIDED);
+		stat_inc(ZERNEL_STAT_GLOBAL);
+		return;
+	}
+	if (tctx->weight) {
 		stat_inc(ZERNEL_STAT_DECIDED);
-		if (has_tenant(d))
+		if (has_tenant(tctx))
 			stat_inc(ZERNEL_STAT_TENANT);
 	} else {
 		stat_inc(ZERNEL_STAT_UNDECIDED);
 	}
-	if (!tctx) {
-		/* Not initialised (cannot happen after init_task); keep it running. */
-		scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, slice, vtime_now, enq_flags);
-		stat_inc(ZERNEL_STAT_GLOBAL);
-		return;
-	}
-	tenant_account(p, &tctx->pub, d);
+	woke = tctx->woke;
+	if ((enq_flags & SCX_ENQ_WAKEUP) && !woke)
+		task_wakes(p, tctx, true);	/* ops.select_cpu was skipped */
+	else
+		tenant_account(p, tctx);
 	tctx->in_order = 0;
 
-	if (d && (d->flags & ZERNEL_DF_PREEMPT) && (enq_flags & SCX_ENQ_WAKEUP) &&
-	    try_preempt(p, d, slice, enq_flags))
+	if ((tctx->flags & ZERNEL_DF_PREEMPT) && (enq_flags & SCX_ENQ_WAKEUP) &&
+	    try_preempt(p, tctx, enq_flags))
 		return;
 
-	task_charge(p, d, &c);
-	request = d && d->latency_target_us ? (u64)d->latency_target_us * 1000 : slice;
-	key = tctx->pub.vtime + scale_charge(request, &c);
+	task_charge(p, tctx, &c);
+	key = tctx->pub.vtime + scale_charge(task_request(tctx), &c);
 	tctx->pub.queued_at = now_ns();
 	tctx->in_order = 1;
-	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, slice, key, enq_flags);
+	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, tctx->slice, key, enq_flags);
 	stat_inc(ZERNEL_STAT_GLOBAL);
 
-	/* An idle CPU that p may use would otherwise sleep until its next tick. */
+	/*
+	 * An idle CPU that p may use would otherwise sleep until its next tick. Not for a wakeup
+	 * that went through ops.select_cpu: that found no idle CPU, or chose the waker's CPU on
+	 * purpose (a synchronous wakeup: the waker is about to sleep), and kicking another CPU
+	 * would undo the choice at the price of an IPI and a migration.
+	 */
+	if ((enq_flags & SCX_ENQ_WAKEUP) && woke)
+		return;
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
@@ -579,9 +730,9 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 }
 
 /* Charges the run time since running_at and restarts the count at now. */
-static void account_run(struct task_struct *p, struct zernel_task_ctx *tc,
-			const struct zernel_decision *d, u64 now)
+static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
+	struct zernel_task_ctx *tc = &tctx->pub;
 	struct charge c;
 	u64 used;
 
@@ -589,13 +740,13 @@ static void account_run(struct task_struct *p, struct zernel_task_ctx *tc,
 		return;
 	used = time_delta(now, tc->running_at);
 	tc->running_at = now;
-	task_charge(p, d, &c);
+	task_charge(p, tctx, &c);
 	tc->vtime += scale_charge(used, &c);
 	tc->runtime_ns += used;
 	tc->burst_ns += used;
-	if (d && d->phase < ZERNEL_PHASE_NR)
-		stat_add(ZERNEL_STAT_RUN_NS_PHASE + d->phase, used);
-	else if (!d)
+	if (tctx->phase < ZERNEL_PHASE_NR)
+		stat_add(ZERNEL_STAT_RUN_NS_PHASE + tctx->phase, used);
+	else
 		stat_add(ZERNEL_STAT_RUN_NS_UNDECIDED, used);
 }
 
@@ -608,9 +759,8 @@ static void account_run(struct task_struct *p, struct zernel_task_ctx *tc,
  */
 static bool keep_prev(struct task_struct *prev, s32 cpu)
 {
-	struct zernel_decision *d = lookup_decision(prev);
-	struct task_ctx *tctx = lookup_tctx(prev);
-	u64 slice = task_slice(d), now = now_ns(), request, key;
+	struct task_ctx *tctx = task_ctx_get(prev);
+	u64 now = now_ns(), key;
 	struct task_struct *head;
 	struct cpu_state *cs;
 	struct charge c;
@@ -622,65 +772,63 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 		/* A head that cannot run here is not our competitor: let move_to_local choose. */
 		if (!bpf_cpumask_test_cpu(cpu, head->cpus_ptr))
 			return false;
-		task_charge(prev, d, &c);
-		request = d && d->latency_target_us ? (u64)d->latency_target_us * 1000 : slice;
+		task_charge(prev, tctx, &c);
 		key = tctx->pub.vtime;
 		if (tctx->pub.running_at)
 			key += scale_charge(time_delta(now, tctx->pub.running_at), &c);
-		key += scale_charge(request, &c);
+		key += scale_charge(task_request(tctx), &c);
 		if (time_before(head->scx.dsq_vtime, key))
 			return false;
 	}
 	/* Settle the charge so far, as if it had stopped and started again. */
-	account_run(prev, &tctx->pub, d, now);
+	account_run(prev, tctx, now);
 	if (time_before(vtime_now, tctx->pub.vtime))
 		vtime_now = tctx->pub.vtime;
-	scx_bpf_task_set_slice(prev, slice);
-	cs = lookup_cpu_state(cpu);
+	scx_bpf_task_set_slice(prev, tctx->slice);
+	cs = task_cpu_state(prev);
 	if (cs)
-		cs->slice_end = now + slice;
+		cs->slice_end = now + tctx->slice;
 	return true;
 }
 
 void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 {
-	if (scx_bpf_dsq_move_to_local(ZERNEL_DSQ_RESCUE, 0))
-		return;
+	/*
+	 * The rescue DSQ is looked at only while the starvation scan says it may hold tasks: a
+	 * DSQ lookup per dispatch is a cost every context switch would pay. The scan sets the
+	 * flag again every 100 ms while the DSQ is not empty, so a cleared flag racing with a
+	 * new rescue delays that task by one scan at most.
+	 */
+	if (rescue_pending) {
+		if (scx_bpf_dsq_move_to_local(ZERNEL_DSQ_RESCUE, 0))
+			return;
+		rescue_pending = 0;
+	}
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && keep_prev(prev, cpu))
 		return;
 	scx_bpf_dsq_move_to_local(ZERNEL_DSQ_SHARED, 0);
 }
 
-void BPF_STRUCT_OPS(zernel_runnable, struct task_struct *p, u64 enq_flags)
-{
-	struct task_ctx *tctx = lookup_tctx(p);
-	u64 floor;
-
-	if (!tctx)
-		return;
-	if (enq_flags & SCX_ENQ_WAKEUP)
-		tctx->pub.wakeups++;
-	/* Sleeping earns at most one default slice of credit. */
-	floor = vtime_now - SLICE_DFL_NS;
-	if (vtime_now > SLICE_DFL_NS && time_before(tctx->pub.vtime, floor))
-		tctx->pub.vtime = floor;
-	tenant_account(p, &tctx->pub, lookup_decision(p));
-}
-
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
-	struct task_ctx *tctx = lookup_tctx(p);
-	struct cpu_state *cs = lookup_cpu_state(scx_bpf_task_cpu(p));
+	struct task_ctx *tctx = task_ctx_get(p);
+	struct cpu_state *cs = task_cpu_state(p);
 	u64 now = now_ns();
 
+	if (!tctx) {
+		if (cs) {
+			cs->weight = (u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100;
+			cs->slice_end = now + p->scx.slice;
+		}
+		return;
+	}
 	if (cs) {
-		cs->weight = task_weight(p, lookup_decision(p));
+		cs->weight = task_weight(p, tctx);
 		cs->slice_end = now + p->scx.slice;
 	}
-	if (!tctx)
-		return;
 	tctx->pub.running_at = now;
 	tctx->pub.queued_at = 0;
+	tctx->woke = 0;
 	/*
 	 * vtime_now follows the front of the queue: only a task that comes from the shared queue
 	 * (in vtime order) moves it. One that went straight to an idle CPU or was rescued may be
@@ -694,8 +842,8 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 
 void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 {
-	struct task_ctx *tctx = lookup_tctx(p);
-	struct cpu_state *cs = lookup_cpu_state(scx_bpf_task_cpu(p));
+	struct task_ctx *tctx = task_ctx_get(p);
+	struct cpu_state *cs = task_cpu_state(p);
 	struct zernel_task_ctx *tc;
 
 	if (cs)
@@ -703,27 +851,20 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 	if (!tctx)
 		return;
 	tc = &tctx->pub;
-	account_run(p, tc, lookup_decision(p), now_ns());
+	account_run(p, tctx, now_ns());
 	tc->running_at = 0;
 	if (!runnable) {
-		/* Going to sleep: the burst ends. */
+		/* Going to sleep: the burst ends, and the thread leaves its tenant's load. */
 		tc->last_burst_ns = tc->burst_ns;
 		tc->avg_burst_ns = tc->avg_burst_ns - (tc->avg_burst_ns >> 3) + (tc->burst_ns >> 3);
 		tc->burst_ns = 0;
+		tenant_unaccount(tc);
 	}
-}
-
-void BPF_STRUCT_OPS(zernel_quiescent, struct task_struct *p, u64 deq_flags)
-{
-	struct task_ctx *tctx = lookup_tctx(p);
-
-	if (tctx)
-		tenant_unaccount(&tctx->pub);
 }
 
 void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
 {
-	struct task_ctx *tctx = lookup_tctx(p);
+	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
 	if (tctx)
 		tctx->pub.vtime = vtime_now;
@@ -731,7 +872,7 @@ void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
 
 void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 {
-	struct task_ctx *tctx = lookup_tctx(p);
+	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
 	if (tctx)
 		tenant_unaccount(&tctx->pub);
@@ -746,6 +887,15 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	if (!tctx)
 		return -ENOMEM;
 	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
+	/* No decision until the first lookup, which the generation forces. */
+	tctx->gen = ~0ULL;
+	tctx->weight = 0;
+	tctx->tweight = ZERNEL_TENANT_WEIGHT_DFL;
+	tctx->slice = SLICE_DFL_NS;
+	tctx->pref_cpu = ZERNEL_NO_CPU;
+	tctx->pref_node = ZERNEL_NO_CPU;
+	tctx->tenant = ZERNEL_NO_TENANT;
+	tctx->phase = ZERNEL_NO_PHASE;
 	mask = bpf_cpumask_create();
 	if (!mask)
 		return -ENOMEM;
@@ -760,6 +910,7 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 {
 	struct task_struct *p;
 	u64 now = now_ns();
+	s32 nr_rescued;
 
 	/*
 	 * The DSQ iterator visits only the tasks queued when it started: bounded. Timer callbacks
@@ -783,6 +934,10 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 		}
 	}
 	bpf_rcu_read_unlock();
+	/* Set after the moves, and again while anything waits there (see ops.dispatch). */
+	nr_rescued = scx_bpf_dsq_nr_queued(ZERNEL_DSQ_RESCUE);
+	if (nr_rescued > 0)
+		rescue_pending = nr_rescued;
 	if (inject_error_after_ns && time_delta(now, init_at) > inject_error_after_ns) {
 		scx_bpf_error("injected error (test), %llu ms after init",
 			      time_delta(now, init_at) / 1000000);
@@ -876,7 +1031,7 @@ void BPF_STRUCT_OPS(zernel_exit, struct scx_exit_info *ei)
 
 void BPF_STRUCT_OPS(zernel_dump_task, struct scx_dump_ctx *dctx, struct task_struct *p)
 {
-	struct task_ctx *tctx = lookup_tctx(p);
+	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
 	if (!tctx)
 		return;
@@ -889,10 +1044,8 @@ SCX_OPS_DEFINE(zernel_ops,
 	       .select_cpu		= (void *)zernel_select_cpu,
 	       .enqueue			= (void *)zernel_enqueue,
 	       .dispatch		= (void *)zernel_dispatch,
-	       .runnable		= (void *)zernel_runnable,
 	       .running			= (void *)zernel_running,
 	       .stopping		= (void *)zernel_stopping,
-	       .quiescent		= (void *)zernel_quiescent,
 	       .enable			= (void *)zernel_enable,
 	       .disable			= (void *)zernel_disable,
 	       .init_task		= (void *)zernel_init_task,

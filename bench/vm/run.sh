@@ -7,7 +7,20 @@
 # scx_simple is built here from the test kernel's own source (build/_deps/bpf/src, unpacked by
 # the bpf-deps target) with the project's BPF toolchain, into build/bench-vm/; nothing of it is
 # committed. Needs a build with -DZERNEL_BPF=ON (zernel-scx-driver, zernel-schedbench).
-# Env: ZERNEL_BUILD_DIR (<repo>/build), SCX_BENCH_REPS (3), ZERNEL_VM_TIMEOUT (600).
+# Rounds: every round runs each scheduler once, in an order rotated from round to round
+# (ABC, BCA, CAB), so that the shared host's drift does not favour one scheduler; the table gives
+# medians over the rounds and the median of the per-round ratios to scx_simple.
+# Env: ZERNEL_BUILD_DIR (<repo>/build), SCX_BENCH_REPS (3), ZERNEL_VM_TIMEOUT (120 + 60 a round),
+# SCX_BENCH_BASE (path of another zernel-scx-driver, e.g. a copy of the previous build's: run as
+# "zernel_base" in the same rounds, to measure a change within one boot), SCX_BENCH_PIPE (round
+# trips per pipe run, 20000), SCX_BENCH_SCHEDS (a subset, e.g. "zernel zernel_base scx_simple"),
+# SCX_BENCH_ICOUNT (1: QEMU's -icount shift=0,sleep=off, so that guest time counts executed
+# instructions, 1 ns each, and idle time is skipped: the figures measure the work each scheduler
+# makes the guest do, independent of the host's load; 0: wall-clock time of a TCG guest, which
+# on this shared host swings by 2x from one minute to the next),
+# SCX_BENCH_BPFSTATS=1 (turn on the kernel's BPF run-time statistics and report the time spent in
+# the scheduler's BPF callbacks per pipe round trip, and callbacks per round trip; the statistics
+# add two clock reads to every callback, so leave them off for the headline figures).
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 repo=$(realpath "$here/../..")
@@ -39,24 +52,65 @@ if [ ! -x "$out/scx_simple" ] || [ "$src/scx_simple.bpf.c" -nt "$out/scx_simple"
     "$deps/bpf/lib/libbpf.a" -lelf -lz -lzstd
 fi
 
-# 2. One boot: EEVDF, zernel, scx_simple, SCX_BENCH_REPS rounds each.
+# 2. One boot: SCX_BENCH_REPS rounds of EEVDF, zernel, [zernel_base,] scx_simple.
 log=$out/bench.log
-ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-600} "$repo/tests/vm/run-in-vm.sh" \
-  --add "$out/scx_simple" --add "$repo/tests/vm/scx_guest.sh" -- \
-  sh -c "PATH=\$PATH:$out SCX_BENCH_REPS=${SCX_BENCH_REPS:-3} \
+base=()
+if [ -n "${SCX_BENCH_BASE:-}" ]; then
+  SCX_BENCH_BASE=$(realpath "$SCX_BENCH_BASE")
+  [ -x "$SCX_BENCH_BASE" ] || { echo "bench/vm: SCX_BENCH_BASE is not executable" >&2; exit 1; }
+  base=(--add "$SCX_BENCH_BASE")
+fi
+[ -z "${SCX_BENCH_BPFSTATS:-}" ] || base+=(--add "$deps/bpf/bin/bpftool")
+reps=${SCX_BENCH_REPS:-3}
+qemu_args=
+[ "${SCX_BENCH_ICOUNT:-1}" = 0 ] || qemu_args="-icount shift=0,sleep=off"
+echo "bench/vm: $reps rounds, ${qemu_args:-wall-clock time}"
+ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + reps * 60))} "$repo/tests/vm/run-in-vm.sh" \
+  --add "$out/scx_simple" --add "$repo/tests/vm/scx_guest.sh" "${base[@]}" -- \
+  sh -c "PATH=\$PATH:$out:$deps/bpf/bin SCX_BENCH_REPS=$reps SCX_BENCH_BASE='${SCX_BENCH_BASE:-}' \
+    SCX_BENCH_PIPE=${SCX_BENCH_PIPE:-20000} SCX_BENCH_SCHEDS='${SCX_BENCH_SCHEDS:-}' \
+    SCX_BENCH_BPFSTATS=${SCX_BENCH_BPFSTATS:-} \
     sh $repo/tests/vm/scx_guest.sh bench" |
   tee "$log"
 
-# 3. Medians per scheduler.
+# 3. Medians per scheduler, and the median over rounds of each round's ratio to scx_simple.
+scheds=$(sed -n 's/^@@ bench \([a-z_]*\) round .*/\1/p' "$log" | awk '!seen[$1]++')
 echo
-echo "| scheduler | pipe us/round trip (median) | pipe p99 us (median) | msg 4x200 s (median) |"
-echo "| --- | --- | --- | --- |"
-for s in eevdf zernel scx_simple; do
-  med() {
-    sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "-" }'
-  }
-  pu=$(sed -n "s/^@@ bench $s pipe .* s, \([0-9.]*\) us\/op.*/\1/p" "$log" | med)
-  pp=$(sed -n "s/^@@ bench $s pipe .* p99 \([0-9.]*\) us.*/\1/p" "$log" | med)
-  ms=$(sed -n "s/^@@ bench $s msg .*: \([0-9.]*\) s.*/\1/p" "$log" | med)
-  echo "| $s | $pu | $pp | $ms |"
+echo "| scheduler | pipe us/round trip | pipe p99 us | msg 4x200 s | pipe / scx_simple | msg / scx_simple |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for s in $scheds; do
+  awk -v s="$s" '
+    function med(a, n,   i, j, t) {
+      if (!n) return "-"
+      for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    $1 != "@@" || $2 != "bench" || $4 != "round" { next }
+    $6 == "pipe" { for (i = 1; i <= NF; i++) { if ($i == "us/op,") pu[$3, $5] = $(i - 1)
+                                               if ($i == "p99") pp[$3, $5] = $(i + 1) } }
+    $6 == "msg" { for (i = 1; i <= NF; i++) if ($i == "s" || $i == "s,") ms[$3, $5] = $(i - 1)
+                  rounds[$5] = 1 }
+    END {
+      for (r in rounds) {
+        if ((s, r) in pu) { a[++na] = pu[s, r]; b[++nb] = pp[s, r] }
+        if ((s, r) in ms) c[++nc] = ms[s, r]
+        if ((s, r) in pu && ("scx_simple", r) in pu) d[++nd] = pu[s, r] / pu["scx_simple", r]
+        if ((s, r) in ms && ("scx_simple", r) in ms) e[++ne] = ms[s, r] / ms["scx_simple", r]
+      }
+      printf "| %s | %s | %s | %s | %s | %s |\n", s, med(a, na), med(b, nb), med(c, nc),
+        nd ? sprintf("%.3f", med(d, nd)) : "-", ne ? sprintf("%.3f", med(e, ne)) : "-"
+    }' "$log"
 done
+echo "($(grep -c '^@@ bench round' "$log") rounds; every figure a median over them)"
+if grep -q '^@@ bench [a-z_]* round [0-9]* bpf ' "$log"; then
+  echo
+  echo "| scheduler | BPF ns per pipe round trip (median) | min | max | callbacks per round trip |"
+  echo "| --- | --- | --- | --- | --- |"
+  for s in $scheds; do
+    sed -n "s/^@@ bench $s round [0-9]* bpf \([0-9]*\) ns in \([0-9]*\) calls.*/\1 \2/p" "$log" |
+      sort -n | awk -v s="$s" '{ v[NR] = $1; c[NR] = $2 } END { if (NR)
+        printf "| %s | %s | %s | %s | %.1f |\n", s, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2,
+          v[1], v[NR], c[1] / 10 }'
+  done
+fi

@@ -15,7 +15,9 @@
 # QEMU, guest setup failed or reported no status, a kernel oops, BUG, WARN or panic).
 # Env: ZERNEL_BUILD_DIR (<repo>/build), ZERNEL_VM_TIMEOUT (seconds, 300), ZERNEL_VM_SMP (2),
 #      ZERNEL_VM_MEM (MiB, 1024), ZERNEL_VM_APPEND (extra kernel arguments), ZERNEL_VM_VERBOSE=1
-#      (timings and the guest console on stderr), ZERNEL_VM_KEEP=1 (keep the run directory).
+#      (timings and the guest console on stderr), ZERNEL_VM_KEEP=1 (keep the run directory),
+#      ZERNEL_VM_QEMU_ARGS (extra QEMU options, split at blanks; e.g. "-icount shift=0,sleep=off"
+#      makes guest time count instructions, for benchmarks on a busy host: bench/vm/run.sh).
 # shellcheck disable=SC2034,SC2178,SC2004,SC2317 # namerefs (local -n map=...) and the trap
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
@@ -143,10 +145,12 @@ cpio_gz "$run/cmd" "$run/cmd.cpio.gz"
 cat "$initrd" "$run/cmd.cpio.gz" > "$run/initrd"
 
 # 4. Boot. -nodefaults: no VGA, NIC or option ROMs; four UARTs, see guest-init.sh.
+read -ra qemu_extra <<< "${ZERNEL_VM_QEMU_ARGS:-}"
 say "booting $kver, timeout ${timeout_s}s"
 rc=0
 timeout -k 5 "$timeout_s" "$qemu" -nodefaults -no-user-config -display none -monitor none \
   -machine pc -accel tcg -cpu max -smp "${ZERNEL_VM_SMP:-2}" -m "${ZERNEL_VM_MEM:-1024}" \
+  "${qemu_extra[@]}" \
   -no-reboot -serial "file:$run/console" -serial "file:$run/stdout" \
   -serial "file:$run/stderr" -serial "file:$run/status" \
   -kernel "$kdir/vmlinuz" -initrd "$run/initrd" \

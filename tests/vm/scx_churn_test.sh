@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# vm.scx_churn, one VM boot: (e) SCX_CHURN_SECS (30) seconds of short-lived processes (16 in
+# vm.scx_churn, one VM boot: (e) SCX_CHURN_SECS (60) seconds of short-lived processes (16 in
 # flight, 8 threads each) beside decided tasks that preempt, belong to tenants and hog: no
-# ejection. The guest side is scx_guest.sh; results are its "@@" lines. Needs build/bin/zernel-scx-
-# driver (-DZERNEL_BPF=ON). docs/sched-ext.md has the figures.
+# ejection; prints how many processes and threads were created. The guest side is
+# scx_guest.sh; results are its "@@" lines. Needs build/bin/zernel-scx-driver (-DZERNEL_BPF=ON).
+# docs/sched-ext.md has the figures.
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")

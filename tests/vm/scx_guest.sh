@@ -14,10 +14,13 @@
 #   latency   wakeup latency of a periodic task among batch hogs: p99 and median with preempt +
 #             latency target at most a quarter of those without
 #   churn     thousands of short-lived processes and threads, no ejection
-#   bench     pipe ping-pong and messaging under EEVDF, zernel and scx_simple (if present)
+#   bench     pipe ping-pong and messaging under EEVDF, zernel, scx_simple (if present) and an
+#             older zernel driver ($SCX_BENCH_BASE, if set), in rounds of rotating order
 # Results are "@@ " lines on stdout; the exit status is the number of failed checks, or 77 when
 # none failed but one could not measure (the latency check on a host too noisy).
-# Env: SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (30), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3).
+# Env: SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
+# SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
+# SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
 SX=/sys/kernel/sched_ext
 fails=0
 skipped=0   # checks that could not measure (exit 77 when nothing failed)
@@ -40,10 +43,11 @@ wait_state() {
 # ticks PID: utime + stime in clock ticks (USER_HZ = 100).
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 sched_field() { awk -v f="$2" '$1 == f { print $3 }' "/proc/$1/sched"; }
-# start_driver ARGS...: runs zernel-scx-driver in the background ($drv), output in /tmp/drv.*,
+# start_driver ARGS...: runs $DRIVER (zernel-scx-driver) in the background ($drv), output in /tmp/drv.*,
 # and waits for the scheduler to be enabled.
+DRIVER=zernel-scx-driver
 start_driver() {
-  zernel-scx-driver --stats "$@" > /tmp/drv.out 2> /tmp/drv.err &
+  $DRIVER --stats "$@" > /tmp/drv.out 2> /tmp/drv.err &
   drv=$!
   if ! ms=$(wait_state enabled 3000); then
     bad "driver did not attach: $(tail -n 5 /tmp/drv.err)"
@@ -288,7 +292,7 @@ check_latency() {
 }
 
 check_churn() {
-  secs=${SCX_CHURN_SECS:-30}
+  secs=${SCX_CHURN_SECS:-60}
   # Decided work beside the churn: a preempting periodic task (tenant 0), a low-weight hog
   # (tenant 1) and an undecided hog, so that every path of the scheduler runs under churn.
   zernel-scx-probe spin $((secs + 20)) & h1=$!
@@ -304,34 +308,85 @@ check_churn() {
   r "churn: $out rescues=$(json_num starve_rescue) kicks=$(json_num kick_preempt)"
   if [ $crc = 0 ] && [ "$st" = enabled ] && [ "$drv_exit" = UNREG ] && [ "$drv_rc" = 0 ] &&
     [ "$(abnormal_exits | grep -c .)" = "$provoked" ]; then
-    ok "churn: no ejection during ${secs}s of process and thread churn"
+    procs=$(echo "$out" | sed -n 's/.*procs=\([0-9]*\).*/\1/p')
+    threads=$(echo "$out" | sed -n 's/.*threads=\([0-9]*\).*/\1/p')
+    ok "churn: no ejection during ${secs}s of churn: $procs processes, $threads threads created"
   else
     bad "churn: rc=$crc state=$st exit=$drv_exit drv_rc=$drv_rc $(abnormal_exits)" \
       "$(tail -n 3 /tmp/drv.err)"
   fi
 }
 
-# bench_one NAME: pipe ping-pong and messaging, SCX_BENCH_REPS times.
+# bench_one NAME ROUND: pipe ping-pong and messaging once, under whatever scheduler is loaded.
 bench_one() {
-  for _ in $(seq "${SCX_BENCH_REPS:-3}"); do
-    r "bench $1 $(zernel-schedbench pipe 20000)"
-    r "bench $1 $(zernel-schedbench msg 4 200)"
-  done
+  rt=${SCX_BENCH_PIPE:-20000}
+  [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost)
+  r "bench $1 round $2 $(zernel-schedbench pipe "$rt")"
+  if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
+    c1=$(bpf_cost)
+    set -- "$1" "$2" $c0 $c1
+    r "bench $1 round $2 bpf $((($6 - $4) / rt)) ns in $((($5 - $3) * 10 / rt)) calls/10 per round trip"
+  fi
+  r "bench $1 round $2 $(zernel-schedbench msg 4 200)"
 }
 
+# bpf_cost: "CALLS NS" summed over the loaded struct_ops programs (the sched_ext scheduler's
+# callbacks), from the kernel's BPF run-time statistics (kernel.bpf_stats_enabled, bpftool).
+bpf_cost() {
+  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" {
+    for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t += $(i + 1); if ($i == "run_cnt") c += $(i + 1) } }
+    END { print c + 0, t + 0 }'
+}
+
+# bench_sched NAME ROUND: loads scheduler NAME, runs bench_one, unloads it. NAME is eevdf (the
+# default scheduler: nothing to load), zernel, zernel_base (the driver in $SCX_BENCH_BASE: an
+# older build to compare a change with) or scx_simple.
+bench_sched() {
+  case $1 in
+    eevdf) bench_one "$1" "$2" ;;
+    zernel|zernel_base)
+      [ "$1" = zernel ] && DRIVER=zernel-scx-driver || DRIVER=$SCX_BENCH_BASE
+      start_driver && { bench_one "$1" "$2"; stop_driver; }
+      DRIVER=zernel-scx-driver ;;
+    scx_simple)
+      scx_simple > /tmp/simple.log 2>&1 &
+      sp=$!
+      if wait_state enabled 3000 > /dev/null; then
+        bench_one "$1" "$2"
+        kill -INT $sp; wait $sp; wait_state disabled 500 > /dev/null
+      else
+        bad "scx_simple did not attach"
+        kill -9 $sp 2> /dev/null
+      fi ;;
+  esac
+}
+
+# check_bench: SCX_BENCH_REPS rounds; each round runs every scheduler once, the order rotated
+# from round to round (ABC, BCA, CAB, ...), so that a host getting busier or calmer during the
+# run does not favour the scheduler that happens to run first or last.
 check_bench() {
-  bench_one eevdf
-  start_driver && { bench_one zernel; stop_driver; }
-  if command -v scx_simple > /dev/null; then
-    scx_simple > /tmp/simple.log 2>&1 &
-    sp=$!
-    if wait_state enabled 3000 > /dev/null; then
-      bench_one scx_simple
-      kill -INT $sp; wait $sp; wait_state disabled 500 > /dev/null
-    else
-      bad "scx_simple did not attach"
-    fi
+  scheds="eevdf zernel"
+  if [ -n "${SCX_BENCH_BASE:-}" ] && [ -x "$SCX_BENCH_BASE" ]; then
+    scheds="$scheds zernel_base"
   fi
+  command -v scx_simple > /dev/null && scheds="$scheds scx_simple"
+  [ -n "${SCX_BENCH_SCHEDS:-}" ] && scheds=$SCX_BENCH_SCHEDS
+  if [ -n "${SCX_BENCH_BPFSTATS:-}" ]; then
+    echo 1 > /proc/sys/kernel/bpf_stats_enabled ||
+      { bad "bench: cannot enable BPF run-time statistics"; return; }
+    command -v bpftool > /dev/null || { bad "bench: SCX_BENCH_BPFSTATS needs bpftool"; return; }
+  fi
+  set -- $scheds
+  n=$#
+  for round in $(seq "${SCX_BENCH_REPS:-3}"); do
+    k=$(((round - 1) % n)) order='' i=0
+    for s in $scheds $scheds; do
+      [ $i -ge $k ] && [ $i -lt $((k + n)) ] && order="$order $s"
+      i=$((i + 1))
+    done
+    r "bench round $round order $order"
+    for s in $order; do bench_sched "$s" "$round"; done
+  done
 }
 
 r "kernel $(uname -r), sched_ext state $(state)"

@@ -335,7 +335,10 @@ Result<void> ScxBackend::apply(std::span<const policy::Decision> decisions) {
     keys.push_back(d.pid);
     values.push_back(v);
   }
-  if (auto r = write_batch(keys, values); !r) {
+  auto r = write_batch(keys, values);
+  // Also after a failure: part of the batch may be in the map.
+  if (!keys.empty()) zernel_scx_decisions_changed(handle_);
+  if (!r) {
     // What was written is unknown: forget the cache of these pids so that the next tick
     // rewrites them.
     for (auto k : keys) written_.erase(k);
@@ -357,6 +360,7 @@ void ScxBackend::forget(std::uint32_t pid) {
   if (attached_ && bpf_map_delete_elem(decisions_fd_, &pid) != 0 && errno != ENOENT) {
     spdlog::warn("sched_ext: deleting the decision of pid {}: {}", pid, std::strerror(errno));
   }
+  if (attached_) zernel_scx_decisions_changed(handle_);
   ++counters_.deleted;
   if (options_.partial) restore_policy(pid);
 }

@@ -267,6 +267,13 @@ int zernel_scx_map_fd(const struct zernel_scx *s, enum zernel_scx_map m)
 	return -EINVAL;
 }
 
+void zernel_scx_decisions_changed(struct zernel_scx *s)
+{
+	/* After the map update or delete (a system call: ordered before this store). */
+	if (s && s->skel && s->skel->bss)
+		__atomic_fetch_add(&s->skel->bss->zernel_decision_gen, 1, __ATOMIC_RELEASE);
+}
+
 int zernel_scx_exited(const struct zernel_scx *s, struct zernel_scx_exit *out)
 {
 	struct user_exit_info *uei;
