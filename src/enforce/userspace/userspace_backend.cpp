@@ -533,16 +533,18 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
       continue;
     }
     bool thread_gone = false;
-    if (p.want_nice != t.nice.value_or(t.orig_nice)) {
-      if (const int e = set_nice(tid, p.want_nice); e == 0) {
+    // Never weaker than the thread's original ("Never weaker than before" in the header).
+    const std::int32_t want_nice = std::min(p.want_nice, t.orig_nice);
+    if (want_nice != t.nice.value_or(t.orig_nice)) {
+      if (const int e = set_nice(tid, want_nice); e == 0) {
         ++stats_.nice_writes;
-        t.nice = p.want_nice;
+        t.nice = want_nice;
       } else if (gone(e)) {
         thread_gone = true;
       } else {
         write_failed(
-            pid, p,
-            "setting nice " + std::to_string(p.want_nice) + " on thread " + std::to_string(tid), e);
+            pid, p, "setting nice " + std::to_string(want_nice) + " on thread " + std::to_string(tid),
+            e);
       }
     }
     std::vector<std::uint32_t> want = t.orig_cpus;
@@ -562,7 +564,7 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
     }
     it = thread_gone ? p.threads.erase(it) : std::next(it);
   }
-  p.cur_nice = p.want_nice;
+  p.cur_nice = std::min(p.want_nice, p.orig_nice);
   std::vector<std::uint32_t> cur = p.orig_cpus;
   if (!p.want_cpus.empty()) {
     auto in_node = intersect(p.want_cpus, p.orig_cpus);

@@ -76,7 +76,7 @@ TEST_F(UserspaceBackendTest, writes_only_what_changed) {
   Child c(2);
   auto b = make(options());
   ASSERT_TRUE(b);
-  policy::Decision d = decision(c.pid(), -5);  // GpuCompute: nice 5
+  policy::Decision d = decision(c.pid(), 5);  // nice -5
   ASSERT_TRUE(b->apply({&d, 1}));
   EXPECT_EQ(b->stats().nice_writes, 2U);
   const auto journal_writes = b->stats().journal_writes;
@@ -88,6 +88,30 @@ TEST_F(UserspaceBackendTest, writes_only_what_changed) {
   ASSERT_TRUE(b->apply({&d, 1}));
   EXPECT_EQ(b->stats().nice_writes, 4U);
   for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 0);
+}
+
+// A GPU waiter (GpuCompute, priority -5 -> nice +5) is not pushed below its original nice: this
+// backend could not raise it again when the wait ends, before the next tick.
+TEST_F(UserspaceBackendTest, a_negative_priority_never_raises_nice_above_the_original) {
+  Child c(2);
+  ASSERT_EQ(::setpriority(PRIO_PROCESS, c.pid(), 2), 0);
+  for (const std::uint32_t tid : c.tids()) {
+    if (tid != c.pid()) {
+      ASSERT_EQ(::setpriority(PRIO_PROCESS, tid, 2), 0);
+    }
+  }
+  auto b = make(options());
+  ASSERT_TRUE(b);
+  policy::Decision d = decision(c.pid(), -5);
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(b->stats().nice_writes, 0U);
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 2) << tid;
+  d = decision(c.pid(), -1);  // nice 1 is stronger than the original 2: written
+  ASSERT_TRUE(b->apply({&d, 1}));
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 1) << tid;
+  d = decision(c.pid(), -5);  // back to the original, not to 5
+  ASSERT_TRUE(b->apply({&d, 1}));
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 2) << tid;
 }
 
 TEST_F(UserspaceBackendTest, a_thread_started_between_ticks_gets_the_nice_on_the_next_apply) {
