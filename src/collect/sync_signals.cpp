@@ -12,6 +12,7 @@ SyncSignals sync_signals(const SyncState& s, std::uint64_t now_ns, std::uint64_t
   out.long_sync = s.in_sync && in_sync_for >= kLongSyncNs && !(s.runnable && gpu_idle);
   if (out.long_sync) {
     out.cpu_burst_ns = 0;
+    out.wait_blocks = !s.runnable;
   } else if (s.last_return_ns > 0) {
     // A returned process has run; in a short sync, the burst that led into it.
     const std::uint64_t burst = s.in_sync ? s.last_burst_ns : s.burst_since_return_ns;

@@ -58,6 +58,9 @@ struct SyncSignals {
   std::uint64_t cpu_burst_ns = 0;
   std::uint32_t gpu_floor_pct = 0;  // 0..100
   bool long_sync = false;           // blocked in a sync of kLongSyncNs or more now
+  // Inside a long sync: whether the process blocks in it (its main thread sleeps) or spins
+  // (runnable while its GPU is busy); nullopt outside one (TaskState::gpu_wait_blocks).
+  std::optional<bool> wait_blocks;
 };
 
 // `tick_ns` stands in for the interval on a first read.

@@ -520,6 +520,7 @@ void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] c
   // the time of this read, not the tick's deadline.
   const collect::SyncSignals sig = collect::sync_signals(st, monotonic_now_ns(), tick_ns_);
   u.cpu_burst_duration_ns = sig.cpu_burst_ns;
+  if (sig.wait_blocks) u.gpu_wait_blocks = *sig.wait_blocks;
   if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
   if (!u.gpu_utilization || *u.gpu_utilization < sig.gpu_floor_pct) {
     u.gpu_utilization = static_cast<std::uint8_t>(sig.gpu_floor_pct);

@@ -51,6 +51,7 @@ bool Engine::update_task(std::uint32_t pid, const TaskUpdate& u) {
     s->cpu_fraction = std::isnan(f) ? 0.0F : std::clamp(f, 0.0F, 1024.0F);
   }
   if (u.dataloader_worker) s->dataloader_worker = *u.dataloader_worker;
+  if (u.gpu_wait_blocks) s->gpu_wait_blocks = *u.gpu_wait_blocks;
   if (u.gpu_id) {
     s->gpu_id = static_cast<std::int32_t>(std::min<std::uint32_t>(*u.gpu_id, INT32_MAX));
   }
@@ -90,6 +91,7 @@ Decision Engine::decide(TaskState& s, std::uint64_t now_ns) {
   d.latency_target_us = pol.latency_target_us;
   d.slice_ns = pol.slice_ns;
   d.priority = pol.priority;
+  if (phase == Phase::gpu_compute && s.gpu_wait_blocks) d.priority = kBlockedGpuWaitPriority;
   if (opts_.multi_tenant_enabled && s.tenant != kNoTenant) {
     d.tenant = s.tenant;
     d.priority += tenants_.class_priority(s.tenant);

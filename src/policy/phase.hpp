@@ -45,6 +45,18 @@ struct PhasePolicy {
 
 inline constexpr std::uint64_t kDefaultSliceNs = 20'000'000;
 
+// GpuCompute's -5 is "a thread waiting on the GPU yields": it matters for a waiter that spins
+// (runnable, burning a CPU, while its GPU works). A waiter that blocks uses no CPU while it
+// waits, so a low priority takes nothing from it then, and hurts the moment its wait ends: that
+// is when it launches the next kernels, runs the optimizer or enters the collective, the
+// critical path of the step, and a training step's GPU wait lasts tens of ms, far less than the
+// ticks a phase takes to commit. So a GpuCompute task known to block in its waits
+// (TaskState::gpu_wait_blocks) keeps the priority of the step's critical phases; its other
+// fields (no preemption, no latency target, the 20 ms slice) stay GpuCompute's. Measured with
+// bench/protection.sh (docs/benchmarks.md): a job next to CPU hogs kept 0.80 of its solo speed
+// with the rank at GpuCompute's priority.
+inline constexpr std::int32_t kBlockedGpuWaitPriority = 10;
+
 constexpr PhasePolicy policy_for_phase(Phase p) {
   switch (p) {
     case Phase::data_loading: return {10, true, 100, 5'000'000};

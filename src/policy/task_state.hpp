@@ -31,6 +31,11 @@ struct TaskState {
   // so the GPU-based rules cannot see them; PhaseDetector has a rule of their own.
   bool dataloader_worker = false;
   float cpu_fraction = 0.0F;
+  // How the process waits for its GPU, as last seen inside a long synchronisation: true when
+  // it blocks (sleeps until the work is done), false when it spins (runnable while its GPU is
+  // busy: CUDA's spin and yield modes) or when that was never seen. Engine: a GpuCompute task
+  // that blocks keeps kBlockedGpuWaitPriority instead of GpuCompute's yield.
+  bool gpu_wait_blocks = false;
 
   // Phase-time accounting.
   std::uint64_t phase_start_ns = 0;
@@ -84,6 +89,7 @@ struct TaskUpdate {
   std::optional<std::uint32_t> gpu_id;
   std::optional<float> cpu_fraction;
   std::optional<bool> dataloader_worker;
+  std::optional<bool> gpu_wait_blocks;
 };
 
 }  // namespace zernel::policy

@@ -28,6 +28,27 @@ TEST(SyncSignals, a_long_sync_in_progress_reads_burst_zero_and_gpu_busy) {
   EXPECT_TRUE(s.long_sync);
   EXPECT_EQ(s.cpu_burst_ns, 0U);
   EXPECT_EQ(s.gpu_floor_pct, 100U);
+  EXPECT_EQ(s.wait_blocks, std::optional<bool>(true));  // the main thread sleeps in it
+}
+
+TEST(SyncSignals, a_waiter_runnable_while_its_gpu_is_busy_spins) {
+  SyncState st;
+  st.in_sync = true;
+  st.in_sync_since_ns = kNow - 30 * kMs;
+  st.runnable = true;
+  st.nvml_util_pct = 95;
+  const SyncSignals s = sync_signals(st, kNow, kTick);
+  EXPECT_TRUE(s.long_sync);
+  EXPECT_EQ(s.wait_blocks, std::optional<bool>(false));
+}
+
+TEST(SyncSignals, outside_a_long_sync_nothing_is_said_about_how_it_waits) {
+  SyncState st;
+  st.in_sync = true;
+  st.in_sync_since_ns = kNow - kMs / 5;
+  st.last_return_ns = kNow - kMs;
+  EXPECT_FALSE(sync_signals(st, kNow, kTick).wait_blocks.has_value());
+  EXPECT_FALSE(sync_signals(SyncState{}, kNow, kTick).wait_blocks.has_value());
 }
 
 TEST(SyncSignals, a_short_sync_between_bursts_reads_the_burst_before_it) {

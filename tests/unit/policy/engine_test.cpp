@@ -88,6 +88,31 @@ TEST(EngineSeed, data_loading_gets_high_priority) {
   EXPECT_EQ(d.phase, Phase::data_loading);
 }
 
+// GpuCompute's yield (-5) is for a waiter that spins; one that blocks in its GPU waits keeps the
+// step's critical priority (kBlockedGpuWaitPriority), with GpuCompute's other fields.
+TEST(Engine, a_gpu_compute_task_that_blocks_in_its_waits_keeps_the_critical_priority) {
+  Engine e(seed_options(), two_nodes());
+  ASSERT_TRUE(e.register_task(100, true, 0U).ok());
+  TaskUpdate u = gpu_busy();
+  u.gpu_wait_blocks = false;  // spins
+  ASSERT_TRUE(e.update_task(100, u));
+  Decision d = e.schedule(100, 1000);
+  EXPECT_EQ(d.phase, Phase::gpu_compute);
+  EXPECT_EQ(d.priority, -5);
+  u.gpu_wait_blocks = true;
+  ASSERT_TRUE(e.update_task(100, u));
+  d = e.schedule(100, 2000);
+  EXPECT_EQ(d.phase, Phase::gpu_compute);
+  EXPECT_EQ(d.priority, kBlockedGpuWaitPriority);
+  EXPECT_EQ(d.weight, weight_for_priority(kBlockedGpuWaitPriority));
+  EXPECT_FALSE(d.preempt);
+  EXPECT_EQ(d.latency_target_us, 0U);
+  EXPECT_EQ(d.slice_ns, policy_for_phase(Phase::gpu_compute).slice_ns);
+  // An update without the field keeps what was last seen.
+  ASSERT_TRUE(e.update_task(100, gpu_busy()));
+  EXPECT_EQ(e.schedule(100, 3000).priority, kBlockedGpuWaitPriority);
+}
+
 TEST(EngineSeed, preferred_cpu_set_with_numa) {
   Engine e(seed_options(), two_nodes());
   ASSERT_TRUE(e.register_task(100, true, 0U).ok());
