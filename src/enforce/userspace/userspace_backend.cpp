@@ -100,27 +100,14 @@ Result<bool> has_cap_sys_nice(const std::string& proc_root) {
   return Error(EINVAL, path + ": no CapEff line");
 }
 
-std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root) {
-  std::vector<std::pair<std::uint32_t, std::vector<std::uint32_t>>> nodes;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(sys_root + "/devices/system/node", ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind("node", 0) != 0 || n.size() == 4 ||
-        !std::all_of(n.begin() + 4, n.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      continue;
-    }
-    std::ifstream in(e.path() / "cpulist");
-    std::string text;
-    if (!in || !std::getline(in, text)) continue;
-    auto cpus = collect::parse_cpu_list(text);
-    if (!cpus || cpus->empty()) continue;
-    std::sort(cpus->begin(), cpus->end());
-    nodes.emplace_back(static_cast<std::uint32_t>(std::stoul(n.substr(4))), std::move(*cpus));
-  }
-  std::sort(nodes.begin(), nodes.end());
+// The CPUs of each NUMA node, from the topology reader the daemon uses (sysfs under sys_root;
+// one node of every online CPU when there is no node directory). Empty when no CPU is found.
+std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root,
+                                                   const std::string& proc_root) {
   std::vector<std::vector<std::uint32_t>> out;
-  out.reserve(nodes.size());
-  for (auto& [id, cpus] : nodes) out.push_back(std::move(cpus));
+  auto info = collect::read_topology(sys_root, proc_root);
+  if (!info) return out;
+  for (const policy::NumaNode& n : info->topology.nodes()) out.push_back(n.cpus);
   return out;
 }
 
@@ -163,7 +150,7 @@ Result<std::unique_ptr<UserspaceBackend>> UserspaceBackend::create(UserspaceOpti
   if (auto self = collect::read_stat(o.proc_root, static_cast<std::uint32_t>(::getpid()))) {
     b->self_start_ = self->starttime_ticks;
   }
-  b->nodes_ = read_nodes(o.sys_root);
+  b->nodes_ = read_nodes(o.sys_root, o.proc_root);
   if (o.use_cgroups) {
     auto layout = o.cgroup ? Result<CpuCgroupLayout>(*o.cgroup)
                            : detect_cpu_cgroup_from(o.proc_root + "/self/mountinfo");
