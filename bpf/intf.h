@@ -136,8 +136,10 @@ enum zernel_stat {
 	ZERNEL_STAT_PREF_NODE_HIT,	/* an idle CPU of the preferred node was taken */
 	ZERNEL_STAT_PREF_MISS,		/* a preference was set but no CPU of it was idle */
 	ZERNEL_STAT_KICK_PREEMPT,	/* preempting wakeups: SCX_KICK_PREEMPT of a lower-weight CPU */
-	ZERNEL_STAT_PREEMPT_SKIP,	/* preempting wakeups with no victim (none lower, or one frees
-					 * up within the latency target) */
+	ZERNEL_STAT_PREEMPT_SKIP,	/* preempting wakeups with no victim (every CPU it may use runs
+					 * a weight at least its own): queued in the shared DSQ */
+	ZERNEL_STAT_PREEMPT_WAIT,	/* preempting wakeups put first on a CPU whose slice ends
+					 * within their latency target, without a preemption */
 	ZERNEL_STAT_KICK_IDLE,		/* idle CPUs kicked for a task queued to them from enqueue */
 	ZERNEL_STAT_STARVE_RESCUE,	/* tasks moved to the rescue DSQ by the starvation scan */
 	ZERNEL_STAT_DECIDED,		/* enqueues of tasks whose process has a decision */
@@ -207,7 +209,7 @@ ZERNEL_STATIC_ASSERT(sizeof(struct zernel_tenant_load) == 16, "zernel_tenant_loa
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_task_ctx) == 80, "zernel_task_ctx layout");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_weight) == 64, "contrib");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_tenant) == 72, "contrib_t");
-ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 18, "update the loader's stat names with the enum");
+ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 19, "update the loader's stat names with the enum");
 ZERNEL_STATIC_ASSERT(ZERNEL_MAX_TENANTS <= ZERNEL_NO_TENANT, "tenant slots fit __u16");
 
 #endif /* ZERNEL_BPF_INTF_H */

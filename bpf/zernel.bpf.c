@@ -74,10 +74,15 @@
  *
  * Preemption. A waking thread whose decision has ZERNEL_DF_PREEMPT and that found no idle CPU
  * looks, in ops.enqueue, for the CPU running the lowest-weight task (per-CPU state written in
- * ops.running) among the CPUs it may use. If that weight is lower than its own, it is inserted at
- * the head of that CPU's local DSQ and the CPU is kicked with SCX_KICK_PREEMPT. With a latency
- * target, it does not preempt when some allowed CPU's current slice ends within the target: that
- * CPU will take it from the queue in time (its key puts it in front).
+ * ops.running) among the CPUs it may use. If that weight is lower than its own, it is inserted
+ * into that CPU's local DSQ with SCX_ENQ_PREEMPT (head of the queue, the current task's slice
+ * cleared). A CPU whose slice is already over (waiting for its tick) is the victim whatever its
+ * weight. With a latency target longer than a tick, it does not preempt when some allowed CPU's
+ * slice ends, and a tick notices it, within the target: it goes to the head of that CPU's local
+ * DSQ and runs when the slice ends. The same task put back while runnable (slice used up,
+ * higher class) preempts the same way when it would lead the shared queue, so that it does not
+ * wait for another CPU's slice to end (100 ms for a batch task). Counters: kick_preempt,
+ * preempt_wait, preempt_skip (nothing lower to preempt: queued by its key).
  *
  * Starvation bound. A BPF timer scans the shared queue every 100 ms; a thread queued for longer
  * than starve_ns (default 1 s = 50 default slices, see intf.h) is moved to a FIFO rescue DSQ that
@@ -160,6 +165,9 @@ const volatile u32 nr_cpus = 1;			/* possible CPU ids, <= ZERNEL_MAX_CPUS */
 const volatile u32 nr_nodes = 1;		/* NUMA node ids, <= ZERNEL_MAX_NODES */
 const volatile u8 cpu_node[ZERNEL_MAX_CPUS];	/* NUMA node of each CPU */
 const volatile u64 starve_ns = ZERNEL_STARVE_DFL_US * 1000ULL;
+/* ns between scheduler ticks: a slice's end is noticed at the first tick after it. The loader
+ * sets it from the kernel's CONFIG_HZ when it can read the config; else 1/100 s, the longest. */
+const volatile u64 tick_ns = 10000000ULL;
 /* Tests only: scx_bpf_error() this long after ops.init, to exercise the ejection path. */
 const volatile u64 inject_error_after_ns;
 
@@ -556,8 +564,7 @@ static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_fl
 {
 	u64 my_w = task_weight(p, tctx), lat_ns = tctx->lat_ns, slice = tctx->slice;
 	u64 victim_w = my_w, now = now_ns();
-	s32 victim = -1, only = -1, cpu;
-	bool in_time = false;
+	s32 victim = -1, only = -1, soon = -1, cpu;
 	u32 zero = 0;
 
 	if (is_migration_disabled(p))
@@ -586,21 +593,44 @@ static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_fl
 		cs = bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
 		if (!cs || !cs->weight)
 			continue;
-		if (lat_ns && cs->slice_end && time_before_eq(cs->slice_end, now + lat_ns)) {
-			in_time = true;
+		/*
+		 * A slice already over: the CPU reschedules at its next tick (up to 1/HZ away) and
+		 * preempting it takes nothing its task is owed. The best victim, whatever its weight.
+		 */
+		if (cs->slice_end && !time_before(now, cs->slice_end)) {
+			victim = cpu;
+			soon = -1;
 			break;
 		}
+		if (lat_ns && cs->slice_end && time_before_eq(cs->slice_end + tick_ns, now + lat_ns))
+			soon = cpu;
 		if (cs->weight < victim_w) {
 			victim_w = cs->weight;
 			victim = cpu;
 		}
 	}
-	if (in_time || victim < 0) {
+	/*
+	 * A CPU whose slice ends (and whose next tick notices it) within the latency target serves
+	 * p in time without a preemption: p goes to the head of that CPU's local DSQ, which the CPU
+	 * runs before it asks ops.dispatch. Not the shared queue: a queued task with a smaller key
+	 * would go first, and p would wait a whole slice more.
+	 */
+	if (soon >= 0) {
+		insert_local_on(p, soon, slice, enq_flags | SCX_ENQ_HEAD);
+		stat_inc(ZERNEL_STAT_PREEMPT_WAIT);
+		return true;
+	}
+	if (victim < 0) {
 		stat_inc(ZERNEL_STAT_PREEMPT_SKIP);
 		return false;
 	}
-	insert_local_on(p, victim, slice, enq_flags | SCX_ENQ_HEAD);
-	scx_bpf_kick_cpu(victim, SCX_KICK_PREEMPT);
+	/*
+	 * SCX_ENQ_PREEMPT, not a separate SCX_KICK_PREEMPT: the kernel clears the slice of the
+	 * victim's current task when p lands in its local DSQ, under that CPU's lock, and never
+	 * p's own. An asynchronous kick that arrives after the victim CPU has already switched
+	 * to p would cut p's slice instead, and p would be queued behind tasks of a whole slice.
+	 */
+	insert_local_on(p, victim, slice, enq_flags | SCX_ENQ_PREEMPT);
 	stat_inc(ZERNEL_STAT_KICK_PREEMPT);
 	return true;
 }
@@ -674,6 +704,14 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	return cpu;
 }
 
+/* True when a task queued with key would be the head of the shared queue. */
+static bool would_lead(u64 key)
+{
+	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
+
+	return !head || !time_before(head->scx.dsq_vtime, key);
+}
+
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
@@ -709,6 +747,15 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 
 	task_charge(p, tctx, &c);
 	key = tctx->pub.vtime + scale_charge(task_request(tctx), &c);
+	/*
+	 * A preempting task put back while runnable (its slice ran out, or a higher class took
+	 * the CPU) that would be the head of the shared queue: no CPU looks at the queue before
+	 * its current slice ends, which may be 100 ms away. It preempts as a wakeup does. Only
+	 * at the head: its weighted share, not more, is what it takes this way.
+	 */
+	if ((tctx->flags & ZERNEL_DF_PREEMPT) && !(enq_flags & SCX_ENQ_WAKEUP) &&
+	    would_lead(key) && try_preempt(p, tctx, enq_flags))
+		return;
 	tctx->pub.queued_at = now_ns();
 	tctx->in_order = 1;
 	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, tctx->slice, key, enq_flags);

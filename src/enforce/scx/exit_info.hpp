@@ -88,6 +88,7 @@ inline constexpr std::array<std::string_view, ZERNEL_STAT_NR> kStatNames = {
     "pref_miss",
     "kick_preempt",
     "preempt_skip",
+    "preempt_wait",
     "kick_idle",
     "starve_rescue",
     "decided",
@@ -100,7 +101,7 @@ inline constexpr std::array<std::string_view, ZERNEL_STAT_NR> kStatNames = {
     "run_ns_unknown",
     "run_ns_undecided",
 };
-static_assert(ZERNEL_STAT_RUN_NS_PHASE == 12 && ZERNEL_PHASE_NR == 5);
-static_assert(ZERNEL_STAT_RUN_NS_UNDECIDED == 17);
+static_assert(ZERNEL_STAT_RUN_NS_PHASE == 13 && ZERNEL_PHASE_NR == 5);
+static_assert(ZERNEL_STAT_RUN_NS_UNDECIDED == 18);
 
 }  // namespace zernel::enforce::scx

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -109,6 +111,11 @@ std::vector<std::uint8_t> read_cpu_nodes(const fs::path& sys_root, std::uint32_t
   return node_of;
 }
 
+std::string kernel_release() {
+  utsname u{};
+  return ::uname(&u) == 0 ? std::string(u.release) : std::string();
+}
+
 // struct sched_attr (include/uapi/linux/sched/types.h, VER1); glibc 2.36 has no wrapper.
 struct SchedAttr {
   std::uint32_t size;
@@ -154,6 +161,22 @@ std::vector<std::uint32_t> threads_of(const fs::path& proc_root, std::uint32_t p
 
 }  // namespace
 
+std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
+  std::ifstream in(config);
+  std::string line;
+  constexpr std::string_view key = "CONFIG_HZ=";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    std::uint32_t hz = 0;
+    const char* first = line.data() + key.size();
+    const char* last = line.data() + line.size();
+    auto [end, ec] = std::from_chars(first, last, hz);
+    if (ec != std::errc() || end != last || hz == 0 || hz > 10000) return std::nullopt;
+    return hz;
+  }
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   if (auto r = check_sched_ext_free(options.sys_root); !r) {
     return r.error().context("loading the sched_ext scheduler");
@@ -176,6 +199,9 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   opts.nr_nodes = nr_nodes;
   opts.cpu_node = nodes.data();
   opts.starve_ns = options.starve_ns;
+  if (auto hz = read_config_hz(options.boot_root / ("config-" + kernel_release()))) {
+    opts.tick_ns = 1'000'000'000ULL / *hz;
+  }
   opts.inject_error_after_ns = options.inject_error_after_ns;
   opts.switch_partial = options.partial ? 1U : 0U;
   opts.log = shim_log;

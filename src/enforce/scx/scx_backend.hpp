@@ -51,7 +51,12 @@ struct Options {
   std::uint64_t inject_error_after_ns = 0;
   std::filesystem::path sys_root = "/sys";
   std::filesystem::path proc_root = "/proc";
+  // Where the kernel's config-<release> is looked for (its CONFIG_HZ: the tick, see bpf/).
+  std::filesystem::path boot_root = "/boot";
 };
+
+// CONFIG_HZ from a kernel config file; nullopt when the file is missing or has no valid line.
+std::optional<std::uint32_t> read_config_hz(const std::filesystem::path& config);
 
 // Per-CPU counters summed over CPUs, indexed by enum zernel_stat (names in kStatNames).
 using Stats = std::array<std::uint64_t, ZERNEL_STAT_NR>;

@@ -176,6 +176,8 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 	}
 	if (opts->starve_ns)
 		s->skel->rodata->starve_ns = opts->starve_ns;
+	if (opts->tick_ns)
+		s->skel->rodata->tick_ns = opts->tick_ns;
 	s->skel->rodata->inject_error_after_ns = opts->inject_error_after_ns;
 
 	*out = s;

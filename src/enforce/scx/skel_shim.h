@@ -28,6 +28,7 @@ struct zernel_scx_open_opts {
 	__u64 starve_ns;	/* starvation bound, ns; 0 = ZERNEL_STARVE_DFL_US */
 	__u32 switch_partial;	/* 1: SCX_OPS_SWITCH_PARTIAL (only SCHED_EXT tasks move) */
 	__u32 __pad;
+	__u64 tick_ns;		/* ns between scheduler ticks (1 s / CONFIG_HZ); 0 = assume HZ=100 */
 	__u64 inject_error_after_ns; /* tests only: scx_bpf_error() this long after init; 0 = never */
 	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
 	void (*log)(int level, const char *msg);

@@ -4,6 +4,7 @@
 // needs a sched_ext kernel; the VM tests (tests/vm/scx_*) cover the scheduler itself.
 
 #include <gtest/gtest.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -281,6 +282,28 @@ TEST(ScxBackend, create_refuses_when_another_scheduler_is_loaded) {
   ASSERT_FALSE(b);
   EXPECT_EQ(b.error().code(), EBUSY);
   EXPECT_NE(b.error().message().find("rusty"), std::string::npos);
+}
+
+TEST(ScxBackend, reads_the_tick_rate_from_a_kernel_config) {
+  FakeSys sys;
+  sys.write("config-a", "# comment\nCONFIG_HZ_250=y\nCONFIG_HZ=250\nCONFIG_X=1\n");
+  sys.write("config-b", "CONFIG_HZ_1000=y\n");
+  sys.write("config-c", "CONFIG_HZ=abc\n");
+  sys.write("config-d", "CONFIG_HZ=0\n");
+  sys.write("config-e", "CONFIG_HZ=250x\n");
+  EXPECT_EQ(read_config_hz(sys.root() / "config-a"), 250U);
+  EXPECT_EQ(read_config_hz(sys.root() / "config-b"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.root() / "config-c"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.root() / "config-d"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.root() / "config-e"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.root() / "missing"), std::nullopt);
+  // The host's own config, when it has one, names a sane rate.
+  utsname u{};
+  ASSERT_EQ(uname(&u), 0);
+  if (auto hz = read_config_hz(fs::path("/boot") / (std::string("config-") + u.release))) {
+    EXPECT_GE(*hz, 100U);
+    EXPECT_LE(*hz, 1000U);
+  }
 }
 #endif
 
