@@ -178,6 +178,7 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
     }
     const std::uint64_t now = ticker.deadline_ns();
     const std::uint64_t t0 = monotonic_now_ns();
+    nvml_procs_fresh_ = false;
     if (++n % poll_every == 0 || new_process_appeared()) poll_processes(now);
     sample_signals(now);
     maybe_restart_backend(now);
@@ -207,7 +208,10 @@ bool Daemon::new_process_appeared() {
   };
   if (nvml_) {
     if (auto procs = nvml_->compute_processes()) {
-      for (const auto& entry : *procs) consider(entry.first);
+      // Kept for poll_processes() on this tick: one NVML query per tick, not two.
+      nvml_procs_ = std::move(*procs);
+      nvml_procs_fresh_ = true;
+      for (const auto& entry : nvml_procs_) consider(entry.first);
     }
   }
   for (const auto& [pid, t] : tracked_) {
@@ -221,8 +225,8 @@ bool Daemon::new_process_appeared() {
 void Daemon::poll_processes(std::uint64_t now_ns) {
   ++stats_.scans;
   reported_new_.clear();
-  nvml_procs_.clear();
-  if (nvml_) {
+  if (nvml_ && !nvml_procs_fresh_) {
+    nvml_procs_.clear();
     if (auto procs = nvml_->compute_processes()) {
       nvml_procs_ = std::move(*procs);
     } else {

@@ -158,6 +158,7 @@ class Daemon {
   std::vector<collect::ProcessSignals> samples_;
   std::vector<policy::Decision> decisions_;
   collect::GpuProcessMap nvml_procs_;
+  bool nvml_procs_fresh_ = false;  // nvml_procs_ was read on this tick
   std::unordered_map<std::uint32_t, std::uint32_t> proc_util_;  // pid -> SM %
   bool proc_util_ok_ = false;  // every device answered the per-process query this tick
   std::vector<std::uint32_t> device_util_;                       // by device index
