@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "collect/probes/cuda_library.hpp"
+#include "collect/probes/libbpf_log.hpp"
 #include "collect/procfs.hpp"
 #include "probes.h"
 #include "probes.skel.h"
@@ -31,35 +30,6 @@ namespace {
 constexpr const char* kNeedRoot = "BPF probes need root (CAP_BPF, CAP_PERFMON)";
 constexpr const char* kNoTracefs =
     "tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)";
-
-// libbpf's messages into our log, as the sched_ext backend does (whichever sets it last, the
-// routing is the same): warnings stay warnings, info is debug detail.
-int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
-  va_list copy;
-  va_copy(copy, args);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string buf(n > 0 ? static_cast<std::size_t>(n) + 1 : 1, '\0');
-  std::vsnprintf(buf.data(), buf.size(), fmt, args);
-#pragma GCC diagnostic pop
-  std::string_view msg(buf.c_str());
-  while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
-  if (msg.starts_with("libbpf: ")) msg.remove_prefix(8);
-  switch (level) {
-    case LIBBPF_WARN:
-      spdlog::warn("libbpf: {}", msg);
-      break;
-    case LIBBPF_INFO:
-      spdlog::debug("libbpf: {}", msg);
-      break;
-    case LIBBPF_DEBUG:
-      spdlog::trace("libbpf: {}", msg);
-      break;
-  }
-  return 0;
-}
 
 // Whether the effective capability set holds `cap` (capget, no libcap).
 bool has_capability(int cap) {
@@ -122,11 +92,7 @@ GpuSyncProbes::~GpuSyncProbes() = default;
 
 Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& options) {
   const std::string what = "loading the GPU sync probes";
-  static const bool print_set = [] {
-    libbpf_set_print(libbpf_print);
-    return true;
-  }();
-  (void)print_set;
+  route_libbpf_log();
 
   if (!can_use_bpf_tracing()) return Error(EPERM, what + ": " + kNeedRoot);
   if (::access("/sys/kernel/btf/vmlinux", R_OK) != 0) {

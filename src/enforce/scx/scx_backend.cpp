@@ -11,13 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <cstdarg>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
 #include <system_error>
 
+#include "collect/probes/libbpf_log.hpp"
+#include "collect/topology_reader.hpp"
 #include "enforce/scx/skel_shim.h"
 #include "enforce/scx/sysfs_state.hpp"
 
@@ -25,35 +25,6 @@ namespace zernel::enforce::scx {
 namespace {
 
 namespace fs = std::filesystem;
-
-// libbpf's messages into our log: warnings stay warnings (they carry the verifier log on a
-// failed load), its info lines are debug detail.
-int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
-  // The verifier log comes as one message of any length.
-  va_list copy;
-  va_copy(copy, args);
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
-  int n = std::vsnprintf(nullptr, 0, fmt, copy);
-  va_end(copy);
-  std::string buf(n > 0 ? static_cast<std::size_t>(n) + 1 : 1, '\0');
-  std::vsnprintf(buf.data(), buf.size(), fmt, args);
-#pragma GCC diagnostic pop
-  std::string_view msg(buf.c_str());
-  while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
-  switch (level) {
-    case LIBBPF_WARN:
-      spdlog::warn("libbpf: {}", msg);
-      break;
-    case LIBBPF_INFO:
-      spdlog::debug("libbpf: {}", msg);
-      break;
-    case LIBBPF_DEBUG:
-      spdlog::trace("libbpf: {}", msg);
-      break;
-  }
-  return 0;
-}
 
 void shim_log(int level, const char* msg) {
   if (level > 0) {
@@ -63,50 +34,19 @@ void shim_log(int level, const char* msg) {
   }
 }
 
-// "0-3,8,10-11" -> {0,1,2,3,8,10,11}; malformed parts are skipped.
-std::vector<std::uint32_t> parse_cpulist(std::string_view s) {
-  std::vector<std::uint32_t> cpus;
-  while (!s.empty()) {
-    auto comma = s.find(',');
-    auto part = s.substr(0, comma);
-    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
-    std::uint32_t lo = 0;
-    std::uint32_t hi = 0;
-    auto dash = part.find('-');
-    auto a = part.substr(0, dash);
-    if (std::from_chars(a.data(), a.data() + a.size(), lo).ec != std::errc()) continue;
-    hi = lo;
-    if (dash != std::string_view::npos) {
-      auto b = part.substr(dash + 1);
-      if (std::from_chars(b.data(), b.data() + b.size(), hi).ec != std::errc()) continue;
-    }
-    for (std::uint32_t c = lo; c <= hi && c < ZERNEL_MAX_CPUS; ++c) cpus.push_back(c);
-  }
-  return cpus;
-}
-
-// CPU -> NUMA node from sysfs (node0 for everything when the kernel has no NUMA nodes).
-std::vector<std::uint8_t> read_cpu_nodes(const fs::path& sys_root, std::uint32_t nr_cpus,
-                                         std::uint32_t& nr_nodes) {
+// CPU -> NUMA node, from the topology the collectors read (all node 0 without NUMA nodes).
+std::vector<std::uint8_t> read_cpu_nodes(const fs::path& sys_root, const fs::path& proc_root,
+                                         std::uint32_t nr_cpus, std::uint32_t& nr_nodes) {
   std::vector<std::uint8_t> node_of(nr_cpus, 0);
   nr_nodes = 1;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(sys_root / "devices/system/node", ec)) {
-    auto name = e.path().filename().string();
-    if (name.rfind("node", 0) != 0) continue;
-    std::uint32_t node = 0;
-    auto digits = std::string_view(name).substr(4);
-    if (digits.empty() ||
-        std::from_chars(digits.data(), digits.data() + digits.size(), node).ec != std::errc()) {
-      continue;
+  auto info = collect::read_topology(sys_root.string(), proc_root.string());
+  if (!info) return node_of;
+  for (const policy::NumaNode& n : info->topology.nodes()) {
+    if (n.id >= ZERNEL_MAX_NODES) continue;
+    for (std::uint32_t cpu : n.cpus) {
+      if (cpu < nr_cpus) node_of[cpu] = static_cast<std::uint8_t>(n.id);
     }
-    if (node >= ZERNEL_MAX_NODES) continue;
-    auto list = read_first_line(e.path() / "cpulist");
-    if (!list) continue;
-    for (auto cpu : parse_cpulist(*list)) {
-      if (cpu < nr_cpus) node_of[cpu] = static_cast<std::uint8_t>(node);
-    }
-    nr_nodes = std::max(nr_nodes, node + 1);
+    nr_nodes = std::max(nr_nodes, n.id + 1);
   }
   return node_of;
 }
@@ -181,18 +121,15 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   if (auto r = check_sched_ext_free(options.sys_root); !r) {
     return r.error().context("loading the sched_ext scheduler");
   }
-  static const bool print_set = [] {
-    libbpf_set_print(libbpf_print);
-    return true;
-  }();
-  (void)print_set;
+  collect::route_libbpf_log();
 
   int possible = libbpf_num_possible_cpus();
   if (possible <= 0) return Error(-possible, "loading the sched_ext scheduler: no possible CPUs");
   auto nr_cpus = static_cast<std::uint32_t>(possible);
   std::uint32_t nr_nodes = 1;
   auto nodes =
-      read_cpu_nodes(options.sys_root, std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
+      read_cpu_nodes(options.sys_root, options.proc_root,
+                     std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
 
   zernel_scx_open_opts opts{};
   opts.nr_cpus = nr_cpus;
