@@ -4,36 +4,19 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
+
+#include "support/temp_tree.hpp"
 
 namespace zernel::collect {
 namespace {
 
 namespace fs = std::filesystem;
 
-class FakeProcStat {
+class FakeProcStat : public test_support::TempTree {
  public:
-  FakeProcStat() {
-    std::random_device rd;
-    root_ = fs::temp_directory_path() / ("zernel-cpuload-" + std::to_string(rd()));
-    fs::create_directories(root_);
-  }
-  ~FakeProcStat() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeProcStat(const FakeProcStat&) = delete;
-  FakeProcStat& operator=(const FakeProcStat&) = delete;
-
-  void write(const std::string& text) const {
-    std::ofstream(root_ / "stat", std::ios::trunc) << text;
-  }
-  [[nodiscard]] std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
+  FakeProcStat() : TempTree("zernel-cpuload") {}
+  void write(const std::string& text) const { TempTree::write("stat", text); }
 };
 
 // "cpuN user nice system idle iowait irq softirq steal guest guest_nice"

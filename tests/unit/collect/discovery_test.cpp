@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
+
+#include "support/temp_tree.hpp"
 
 namespace zernel::collect {
 namespace {
@@ -114,25 +114,9 @@ struct In {
 };
 
 // A fabricated /proc in a fresh temporary directory, removed at the end.
-class FakeProc {
+class FakeProc : public test_support::TempTree {
  public:
-  FakeProc() {
-    std::random_device rd;
-    root_ = fs::temp_directory_path() / ("zernel-disc-" + std::to_string(rd()));
-    fs::create_directories(root_);
-  }
-  ~FakeProc() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeProc(const FakeProc&) = delete;
-  FakeProc& operator=(const FakeProc&) = delete;
-
-  void write(const std::string& rel, const std::string& text) const {
-    const fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-  }
+  FakeProc() : TempTree("zernel-disc") {}
   static std::string stat_text(const P& p) {
     return std::to_string(p.pid_) + " (" + p.comm_ + ") " + p.state_ + " " +
            std::to_string(p.ppid_) + " 1 1 0 -1 " + std::to_string(p.flags_) +
@@ -148,16 +132,12 @@ class FakeProc {
     write(d + "/cgroup", p.cgroup_);
     write(d + "/status", "Name:\t" + p.comm_ + "\nTgid:\t" + d + "\nUid:\t" +
                              std::to_string(p.uid_) + "\t" + std::to_string(p.uid_) + "\t0\t0\n");
-    fs::create_directories(root_ / d / "fd");
+    fs::create_directories(dir() / d / "fd");
     for (const auto& [fd, target] : p.fds_) {
-      fs::create_symlink(target, root_ / d / "fd" / std::to_string(fd));
+      fs::create_symlink(target, dir() / d / "fd" / std::to_string(fd));
     }
   }
-  void remove(std::uint32_t pid) const { fs::remove_all(root_ / std::to_string(pid)); }
-  [[nodiscard]] std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
+  void remove(std::uint32_t pid) const { fs::remove_all(dir() / std::to_string(pid)); }
 };
 
 const DiscoveredProcess* find(const DiscoveryResult& r, std::uint32_t pid) {

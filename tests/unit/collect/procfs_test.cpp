@@ -6,9 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <string>
+
+#include "support/temp_tree.hpp"
 
 namespace zernel::collect {
 namespace {
@@ -337,34 +338,9 @@ TEST(ProcParsers, random_bytes_never_crash) {
 // ---------------------------------------------------------------------------------------------
 // Readers on a fabricated tree.
 
-class FakeProc {
+class FakeProc : public test_support::TempTree {
  public:
-  FakeProc() {
-    std::random_device rd;
-    root_ = fs::temp_directory_path() / ("zernel-procfs-" + std::to_string(rd()));
-    fs::create_directories(root_);
-  }
-  ~FakeProc() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeProc(const FakeProc&) = delete;
-  FakeProc& operator=(const FakeProc&) = delete;
-
-  void write(const std::string& rel, const std::string& text) const {
-    const fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary) << text;
-  }
-  void link(const std::string& rel, const std::string& target) const {
-    const fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    fs::create_symlink(target, p);
-  }
-  [[nodiscard]] std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
+  FakeProc() : TempTree("zernel-procfs") {}
 };
 
 TEST(ProcReaders, a_missing_process_is_gone_not_an_error) {

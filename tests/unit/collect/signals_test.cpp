@@ -9,10 +9,10 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
 #include <thread>
+
+#include "support/temp_tree.hpp"
 
 namespace zernel::collect {
 namespace {
@@ -31,25 +31,9 @@ std::string stat_text(std::uint32_t pid, std::uint64_t utime, std::uint64_t stim
          " 0 0 0 0 0 0 0 0 0 0\n";
 }
 
-class FakeProc {
+class FakeProc : public test_support::TempTree {
  public:
-  FakeProc() {
-    std::random_device rd;
-    root_ = fs::temp_directory_path() / ("zernel-sig-" + std::to_string(rd()));
-    fs::create_directories(root_);
-  }
-  ~FakeProc() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeProc(const FakeProc&) = delete;
-  FakeProc& operator=(const FakeProc&) = delete;
-
-  void write(const std::string& rel, const std::string& text) const {
-    const fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
-  }
+  FakeProc() : TempTree("zernel-sig") {}
   // The process line (CPU time of the whole group) and its threads' blkio ticks.
   void process(std::uint32_t pid, std::uint64_t utime, std::uint64_t stime,
                const std::vector<std::pair<std::uint32_t, std::uint64_t>>& threads,
@@ -57,22 +41,15 @@ class FakeProc {
     const std::string d = std::to_string(pid);
     write(d + "/stat", stat_text(pid, utime, stime, 0, starttime, state));
     std::error_code ec;
-    fs::remove_all(root_ / d / "task", ec);
-    fs::create_directories(root_ / d / "task");
+    fs::remove_all(dir() / d / "task", ec);
+    fs::create_directories(dir() / d / "task");
     for (const auto& [tid, blkio] : threads) {
       write(d + "/task/" + std::to_string(tid) + "/stat", stat_text(tid, 0, 0, blkio, starttime));
     }
-    if (!fs::exists(root_ / d / "maps")) write(d + "/maps", "");
-    fs::create_directories(root_ / d / "fd");
+    if (!fs::exists(dir() / d / "maps")) write(d + "/maps", "");
+    fs::create_directories(dir() / d / "fd");
   }
-  void link(const std::string& rel, const std::string& target) const {
-    fs::create_symlink(target, root_ / rel);
-  }
-  void remove(std::uint32_t pid) const { fs::remove_all(root_ / std::to_string(pid)); }
-  [[nodiscard]] std::string root() const { return root_.string(); }
-
- private:
-  fs::path root_;
+  void remove(std::uint32_t pid) const { fs::remove_all(dir() / std::to_string(pid)); }
 };
 
 SignalsOptions fake_options(const FakeProc& fp) {

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <random>
 #include <string>
+
+#include "support/temp_tree.hpp"
 
 namespace zernel::collect {
 namespace {
@@ -13,25 +13,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fabricated sysfs/procfs tree in a fresh temporary directory, removed at the end.
-class FakeTree {
+class FakeTree : public test_support::TempTree {
  public:
-  FakeTree() {
-    std::random_device rd;
-    root_ = fs::temp_directory_path() / ("zernel-topo-" + std::to_string(rd()));
-    fs::create_directories(root_);
-  }
-  ~FakeTree() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeTree(const FakeTree&) = delete;
-  FakeTree& operator=(const FakeTree&) = delete;
-
-  void write(const std::string& rel, const std::string& text) const {
-    const fs::path p = root_ / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-  }
+  FakeTree() : TempTree("zernel-topo") {}
   void node(int id, const std::string& cpulist, std::uint64_t mem_kb) const {
     const std::string d = "sys/devices/system/node/node" + std::to_string(id);
     write(d + "/cpulist", cpulist + "\n");
@@ -45,11 +29,8 @@ class FakeTree {
     write(d + "/class", cls + "\n");
     write(d + "/numa_node", numa + "\n");
   }
-  [[nodiscard]] std::string sys() const { return (root_ / "sys").string(); }
-  [[nodiscard]] std::string proc() const { return (root_ / "proc").string(); }
-
- private:
-  fs::path root_;
+  [[nodiscard]] std::string sys() const { return (dir() / "sys").string(); }
+  [[nodiscard]] std::string proc() const { return (dir() / "proc").string(); }
 };
 
 TEST(CpuList, parses_ranges_and_single_cpus) {

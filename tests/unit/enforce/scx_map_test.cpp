@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <string>
 
@@ -19,6 +18,7 @@
 #include "enforce/scx/sysfs_state.hpp"
 #include "policy/decision.hpp"
 #include "policy/phase.hpp"
+#include "support/temp_tree.hpp"
 
 #ifdef ZERNEL_HAVE_SCX
 #include "enforce/scx/scx_backend.hpp"
@@ -45,28 +45,9 @@ policy::Decision sample() {
 }
 
 // A fake sysfs root, removed at the end of the test.
-class FakeSys {
+class FakeSys : public test_support::TempTree {
  public:
-  FakeSys() {
-    root_ = fs::temp_directory_path() /
-            ("zernel-scx-test-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
-    fs::create_directories(root_);
-  }
-  ~FakeSys() {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
-  FakeSys(const FakeSys&) = delete;
-  FakeSys& operator=(const FakeSys&) = delete;
-  void write(const std::string& rel, const std::string& text) const {
-    fs::create_directories((root_ / rel).parent_path());
-    std::ofstream(root_ / rel) << text;
-  }
-  [[nodiscard]] const fs::path& root() const { return root_; }
-
- private:
-  static inline int counter_ = 0;
-  fs::path root_;
+  FakeSys() : TempTree("zernel-scx-test") {}
 };
 
 TEST(ScxDecisionMap, carries_every_field_of_the_decision) {
@@ -291,12 +272,12 @@ TEST(ScxBackend, reads_the_tick_rate_from_a_kernel_config) {
   sys.write("config-c", "CONFIG_HZ=abc\n");
   sys.write("config-d", "CONFIG_HZ=0\n");
   sys.write("config-e", "CONFIG_HZ=250x\n");
-  EXPECT_EQ(read_config_hz(sys.root() / "config-a"), 250U);
-  EXPECT_EQ(read_config_hz(sys.root() / "config-b"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.root() / "config-c"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.root() / "config-d"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.root() / "config-e"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.root() / "missing"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.dir() / "config-a"), 250U);
+  EXPECT_EQ(read_config_hz(sys.dir() / "config-b"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.dir() / "config-c"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.dir() / "config-d"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.dir() / "config-e"), std::nullopt);
+  EXPECT_EQ(read_config_hz(sys.dir() / "missing"), std::nullopt);
   // The host's own config, when it has one, names a sane rate.
   utsname u{};
   ASSERT_EQ(uname(&u), 0);
