@@ -1,14 +1,10 @@
 #!/usr/bin/env bash
 # Runs build/bin/zernel-scheduler as a user would and checks what it prints and its exit codes.
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN=${ZERNEL_BIN:-build/bin}/zernel-scheduler
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # expect CODE PATTERN -- CMD...: exit status CODE and combined output matching PATTERN (grep -E).
 expect() {
@@ -96,5 +92,4 @@ assert seen[:3] == ["DataLoading", "GpuCompute", "OptimizerStep"], seen
 PY
 expect 1 'phase log' -- "$BIN" --config "$tmp/empty.toml" --demo --phase-log /nonexistent-dir/x.jsonl
 
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

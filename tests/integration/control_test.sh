@@ -4,7 +4,7 @@
 # refused by its credentials, SIGHUP applies a valid config and keeps the old one on an invalid
 # one, and status --json / top --once show the tracked processes.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
 sock="$tmp/run/ctl.sock"
@@ -16,18 +16,9 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 Z() { "$BIN/zernel-scheduler" "$@"; }
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: needs root (the control socket accepts only uid 0)"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+[[ $(id -u) -eq 0 ]] || skip "needs root (the control socket accepts only uid 0)"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$tmp/config.toml" <<TOML
@@ -182,5 +173,4 @@ check "no daemon: exit 1, cannot reach (got $rc)" "[[ $rc -eq 1 ]] && grep -q 'c
 if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

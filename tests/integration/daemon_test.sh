@@ -3,7 +3,7 @@
 # it finds the job's processes, serves /metrics and /status, writes the phase log, restores
 # kernel.task_delayacct and exits 0 on SIGTERM.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-daemon-test-$$"
 daemon_pid=""
@@ -13,17 +13,8 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 
-if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libnvidia-ml.so.1 ]]; then
-  echo "SKIP: zernel-workload or the emulated GPU is not built"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+need_emulated_gpu
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$tmp/config.toml" <<TOML
@@ -109,5 +100,4 @@ PY
 if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

@@ -3,15 +3,9 @@
 # valid once uncommented; the Kubernetes ConfigMap's config passes check-config; the manifest
 # parses; the systemd unit passes `systemd-analyze verify` (where systemd-analyze exists).
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
-SRC=${ZERNEL_SOURCE_DIR:-.}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 Z="$BIN/zernel-scheduler"
 D="$SRC/deploy"
 
@@ -67,5 +61,4 @@ else
   echo "SKIP: systemd-analyze is not installed"
 fi
 
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

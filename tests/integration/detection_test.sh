@@ -7,8 +7,7 @@
 # truth for more than 5 % of the rest of the run (docs/benchmarks.md, detection section).
 # Needs root (BPF probes, /proc/PID/syscall), the emulated GPU and python3; prints SKIP without.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
-SRC=${ZERNEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-detection-test-$$"
 daemon_pid=""
@@ -20,22 +19,9 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 
-if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libnvidia-ml.so.1 ]]; then
-  echo "SKIP: zernel-workload or the emulated GPU is not built"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: needs root (BPF probes, /proc/PID/syscall)"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+need_emulated_gpu
+[[ $(id -u) -eq 0 ]] || skip "needs root (BPF probes, /proc/PID/syscall)"
 if ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
 fi
@@ -53,11 +39,8 @@ done
 check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > /dev/null"
 if grep -q 'probes are not in this build' "$tmp/daemon.log"; then
   # Configured with -DZERNEL_BPF=OFF: no CPU bursts, GPU syncs or futex stamps, and no target.
-  echo "SKIP: this build has no BPF probes (-DZERNEL_BPF=OFF); detection needs them"
   kill -TERM "$daemon_pid"; wait "$daemon_pid"; daemon_pid=""
-  echo "$passed passed, $failures failed"
-  [[ $failures -eq 0 ]]
-  exit
+  skip "this build has no BPF probes (-DZERNEL_BPF=OFF); detection needs them"
 fi
 check "the probes are loaded" "! grep -q 'probes are off' $tmp/daemon.log"
 
@@ -96,5 +79,4 @@ if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"
   echo "--- workload"; cat "$tmp/workload.json" "$tmp/workload.err"
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

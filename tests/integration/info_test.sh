@@ -3,7 +3,7 @@
 # facts as this machine has them (kernel release, BTF, delay accounting, CPUs), and the emulated
 # GPU's NVML lists its GPUs with bus ids.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-info-test-$$"
 cleanup() {
@@ -11,11 +11,6 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 
 "$BIN/zernel-scheduler" info > "$tmp/info.txt" 2> "$tmp/info.err"
 rc=$?
@@ -79,5 +74,4 @@ fi
 rc=$?
 check "info with an unknown flag is a usage error (got $rc)" "[[ $rc -ne 0 ]]"
 
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

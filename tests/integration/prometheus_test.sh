@@ -5,7 +5,7 @@
 # API returns. Skips cleanly when prometheus/promtool are not installed (scripts/setup.sh
 # installs Debian's `prometheus` package).
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-prom-test-$$"
 daemon_pid=""
@@ -17,16 +17,9 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 
 if ! command -v prometheus > /dev/null || ! command -v promtool > /dev/null; then
-  echo "SKIP: prometheus/promtool not installed (apt-get install prometheus)"
-  echo "0 passed, 0 failed"
-  exit 0
+  skip "prometheus/promtool not installed (apt-get install prometheus)"
 fi
 emulated=()
 [[ -f $BIN/../lib/fake/libnvidia-ml.so.1 ]] && emulated=(--emulated-gpu)
@@ -124,5 +117,4 @@ if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"
   echo "--- prometheus log"; tail -20 "$tmp/prometheus.log"
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

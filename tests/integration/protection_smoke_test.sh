@@ -6,8 +6,7 @@
 # and at 19 under nice, and the daemon gives the DataLoader workers a negative nice.
 # Also the script's usage errors and its clean-up (no process, segment or temporary file left).
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
-SRC=${ZERNEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+. "$(dirname "$0")/lib.sh"
 SCRIPT=$SRC/bench/protection.sh
 tmp=$(mktemp -d)
 probe_pid=""
@@ -16,21 +15,12 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 finish() {
-  echo "$passed passed, $failures failed"
-  [[ $failures -eq 0 ]]
+  summary
   exit
 }
 
-if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libcuda.so.1 ]]; then
-  echo "SKIP: zernel-workload or the emulated GPU is not built"
-  finish
-fi
+need_emulated_gpu
 
 # Usage errors and missing binaries: clear messages, no run.
 out=$(bash "$SCRIPT" --reps 0 2>&1); rc=$?

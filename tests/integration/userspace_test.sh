@@ -7,7 +7,7 @@
 # A private journal and cgroup subtree (ZERNEL_USERSPACE_JOURNAL, ZERNEL_USERSPACE_CGROUP) keep it
 # apart from a daemon that may run on this machine.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-userspace-test-$$"
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
@@ -30,11 +30,6 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 # Polls a condition for up to $1 seconds.
 wait_for() {
   local limit=$1
@@ -46,16 +41,8 @@ wait_for() {
   return 1
 }
 
-if [[ $(id -u) -ne 0 ]]; then
-  echo "SKIP: needs root (nice below 0, cgroups, the control socket)"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
-if [[ ! -x $BIN/zernel-workload || ! -f $BIN/../lib/fake/libnvidia-ml.so.1 ]]; then
-  echo "SKIP: zernel-workload or the emulated GPU is not built"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+[[ $(id -u) -eq 0 ]] || skip "needs root (nice below 0, cgroups, the control socket)"
+need_emulated_gpu
 # The cpu hierarchy, as the backend finds it: cgroup2 with the cpu controller, else v1 "cpu".
 cgdir=""
 cgver=""
@@ -71,9 +58,7 @@ while read -r _ _ _ _ mnt _ rest; do
   fi
 done < /proc/self/mountinfo
 if [[ -z $cgdir ]]; then
-  echo "SKIP: no cpu cgroup hierarchy is mounted"
-  echo "0 passed, 0 failed"
-  exit 0
+  skip "no cpu cgroup hierarchy is mounted"
 fi
 cpu_path() {  # the cpu cgroup path of pid $1
   if [[ $cgver == v2 ]]; then sed -n 's/^0:://p' "/proc/$1/cgroup"
@@ -291,5 +276,4 @@ check "the job is restored again" "all_job_threads_at 3"
 if [[ $failures -ne 0 ]]; then
   for f in "$tmp"/daemon*.log "$tmp/second.log"; do echo "== $f"; tail -n 20 "$f"; done
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs build/bin/zernel-workload as a user would: a short job on the emulated GPU, its summary, its
 # truth log and its clean-up; a stop by SIGTERM; the noise mode; and the usage errors.
-# Needs the emulated GPU (<bin>/../lib/fake/libcuda.so.1): without it, prints SKIP and exits 0.
+# Needs the emulated GPU (<bin>/../lib/fake/libcuda.so.1): without it, the job checks are skipped
+# (exit 77, which ctest reports as skipped).
 set -uo pipefail
+. "$(dirname "$0")/lib.sh"
 BIN_DIR=${ZERNEL_BIN:-build/bin}
 BIN=$BIN_DIR/zernel-workload
 FAKE_LIB=${ZERNEL_FAKE_LIB_DIR:-$BIN_DIR/../lib/fake}/libcuda.so.1
@@ -15,14 +17,8 @@ cleanup() {
   rm -rf "$tmp" "/dev/shm$ZERNEL_FAKE_GPU_SHM"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 finish() {
-  echo "$passed passed, $failures failed"
-  [[ $failures -eq 0 ]]
+  summary
   exit
 }
 
@@ -77,8 +73,7 @@ wait "$bg_pid"; rc=$?; bg_pid=""
   || fail "noise stopped by SIGTERM: exit $rc, $(cat "$tmp/noise2.json")"
 
 if [[ ! -f $FAKE_LIB ]]; then
-  echo "SKIP: the emulated GPU ($FAKE_LIB) is not built; the job checks need it"
-  finish
+  skip "the emulated GPU ($FAKE_LIB) is not built; the job checks need it"
 fi
 
 # Without the emulated GPU and without a driver: a clear error naming --emulated-gpu.

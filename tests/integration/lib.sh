@@ -1,0 +1,29 @@
+# Sourced by every integration test (tests/integration/*_test.sh), right after `set -uo pipefail`:
+#   . "$(dirname "$0")/lib.sh"
+# Gives BIN (the build's bin/, from ctest's ZERNEL_BIN), SRC (the source tree, ZERNEL_SOURCE_DIR),
+# the pass/fail counters, check, skip and summary.
+BIN=${ZERNEL_BIN:-build/bin}
+SRC=${ZERNEL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+failures=0
+passed=0
+pass() { passed=$((passed + 1)); }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+# check DESCRIPTION CONDITION: CONDITION is eval'ed; when false, a failure named DESCRIPTION.
+check() { if eval "$2"; then pass; else fail "$1"; fi; }
+# summary: the counts, last; returns 0 only without failures (use it as the script's last line).
+summary() {
+  echo "$passed passed, $failures failed"
+  [[ $failures -eq 0 ]]
+}
+# skip REASON: this machine cannot run the test. Exits 77, which ctest reports as skipped
+# (SKIP_RETURN_CODE), never as passed; with failures already counted it is a failure (exit 1).
+skip() {
+  echo "SKIP: $*"
+  summary || exit 1
+  exit 77
+}
+# need_emulated_gpu: skips unless zernel-workload and the emulated GPU's libraries are built.
+need_emulated_gpu() {
+  [[ -x $BIN/zernel-workload && -f $BIN/../lib/fake/libnvidia-ml.so.1 &&
+    -f $BIN/../lib/fake/libcuda.so.1 ]] || skip "zernel-workload or the emulated GPU is not built"
+}
