@@ -51,11 +51,18 @@ Result<void> write_task_delayacct(const std::string& proc_root, bool on) {
   }
 }
 
-Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root) {
+Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root, DelayAcctJournal journal) {
   auto current = read_task_delayacct(proc_root);
   if (!current) return explain(current.error()).context("enabling delay accounting");
-  if (*current) return DelayAcctGuard(std::move(proc_root), true, false);
+  if (*current) return DelayAcctGuard(std::move(proc_root), true, false, {});
+  if (journal.record) {
+    if (auto r = journal.record(false); !r) {
+      return r.error().context("enabling delay accounting: recording the original");
+    }
+  }
   if (auto w = write_task_delayacct(proc_root, true); !w) {
+    // Nothing changed: the journal's entry would only make the next start write the same 0.
+    if (journal.forget) (void)journal.forget();
     return w.error().context("enabling delay accounting");
   }
   auto after = read_task_delayacct(proc_root);
@@ -64,11 +71,12 @@ Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root) {
     return Error(EIO, "enabling delay accounting: " + sysctl_path(proc_root) +
                           " still reads 0 after writing 1");
   }
-  return DelayAcctGuard(std::move(proc_root), false, true);
+  return DelayAcctGuard(std::move(proc_root), false, true, std::move(journal));
 }
 
 DelayAcctGuard::DelayAcctGuard(DelayAcctGuard&& other) noexcept
     : proc_root_(std::move(other.proc_root_)),
+      journal_(std::move(other.journal_)),
       original_(other.original_),
       changed_(std::exchange(other.changed_, false)) {}
 
@@ -76,6 +84,7 @@ DelayAcctGuard& DelayAcctGuard::operator=(DelayAcctGuard&& other) noexcept {
   if (this != &other) {
     if (auto r = restore(); !r) spdlog::warn("{}", r.error().message());
     proc_root_ = std::move(other.proc_root_);
+    journal_ = std::move(other.journal_);
     original_ = other.original_;
     changed_ = std::exchange(other.changed_, false);
   }
@@ -90,7 +99,13 @@ Result<void> DelayAcctGuard::restore() {
   if (!changed_) return Ok{};
   changed_ = false;
   if (auto w = write_task_delayacct(proc_root_, original_); !w) {
+    // The journal keeps the original: the next start retries.
     return w.error().context("restoring kernel.task_delayacct");
+  }
+  if (journal_.forget) {
+    if (auto r = journal_.forget(); !r) {
+      return r.error().context("restored kernel.task_delayacct, but");
+    }
   }
   return Ok{};
 }

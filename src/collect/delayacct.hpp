@@ -9,7 +9,12 @@
 // which containers often mount read-only), or not available (no sysctl: a kernel before 5.14,
 // where delay accounting is on unless booted with `nodelayacct`, or one built without
 // CONFIG_TASK_DELAY_ACCT).
+//
+// A daemon killed with SIGKILL cannot restore anything: the daemon gives the guard a journal
+// (enforce/settings_journal.hpp) that has the original on disk before the sysctl changes, and
+// that the next start restores from.
 
+#include <functional>
 #include <string>
 
 #include "common/result.hpp"
@@ -19,10 +24,20 @@ namespace zernel::collect {
 // Writes "1" or "0" to PROC/sys/kernel/task_delayacct.
 Result<void> write_task_delayacct(const std::string& proc_root, bool on);
 
+// Where the guard keeps the original while it has a change to undo (both optional).
+struct DelayAcctJournal {
+  // Called with the original before the sysctl is turned on; an error: nothing is changed and
+  // enable() fails with it.
+  std::function<Result<void>(bool original)> record;
+  // Called after restore() wrote the original back; an error is restore()'s.
+  std::function<Result<void>()> forget;
+};
+
 class DelayAcctGuard {
  public:
   // Reads the current value and turns it on when it is off. On failure nothing was changed.
-  static Result<DelayAcctGuard> enable(std::string proc_root = "/proc");
+  static Result<DelayAcctGuard> enable(std::string proc_root = "/proc",
+                                       DelayAcctJournal journal = {});
 
   DelayAcctGuard(DelayAcctGuard&& other) noexcept;
   DelayAcctGuard& operator=(DelayAcctGuard&& other) noexcept;
@@ -41,10 +56,14 @@ class DelayAcctGuard {
   [[nodiscard]] bool changed() const { return changed_; }
 
  private:
-  DelayAcctGuard(std::string proc_root, bool original, bool changed)
-      : proc_root_(std::move(proc_root)), original_(original), changed_(changed) {}
+  DelayAcctGuard(std::string proc_root, bool original, bool changed, DelayAcctJournal journal)
+      : proc_root_(std::move(proc_root)),
+        journal_(std::move(journal)),
+        original_(original),
+        changed_(changed) {}
 
   std::string proc_root_;
+  DelayAcctJournal journal_;
   bool original_ = false;
   bool changed_ = false;
 };

@@ -652,4 +652,8 @@ Result<void> Nvml::restore_all() {
   return Error(code, join(failures));
 }
 
+void Nvml::forget_changes(std::uint32_t device) {
+  if (device < originals_.size()) originals_[device] = OriginalSettings{};
+}
+
 }  // namespace zernel::collect

@@ -161,6 +161,10 @@ class Nvml {
   // restored stays recorded, so a later call may retry.
   [[nodiscard]] Result<void> restore(std::uint32_t device);
   [[nodiscard]] Result<void> restore_all();
+  // Forgets what this object changed on the device without putting anything back: its settings
+  // now are the ones restore() and the destructor leave alone. For crash recovery, where the
+  // values just set are the originals of a daemon that died (enforce/settings_journal.hpp).
+  void forget_changes(std::uint32_t device);
 
   struct Api;  // the resolved entry points (nvml.cpp)
 

@@ -71,7 +71,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   } else {
     spdlog::warn("{}", nvml.error().message());
   }
-  d->power_ = enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root);
 
 #ifdef ZERNEL_HAVE_PROBES
   collect::GpuSyncProbes::Options popts;
@@ -88,18 +87,6 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
 #else
   spdlog::warn("GPU synchronisation probes are not in this build (configured without BPF)");
 #endif
-
-  auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root);
-  collect::SignalsOptions sig;
-  sig.proc_root = d->opts_.proc_root;
-  if (acct) {
-    if (acct->changed()) spdlog::info("turned on kernel.task_delayacct (restored on exit)");
-    d->delayacct_.emplace(std::move(*acct));
-  } else {
-    spdlog::warn("io wait is not measured: {}", acct.error().message());
-    sig.measure_io_wait = false;
-  }
-  d->signals_ = collect::SignalSampler(sig);
 
   if (!d->opts_.phase_log_path.empty()) {
     if (auto r = d->phase_log_.open(d->opts_.phase_log_path); !r) return r.error();
@@ -125,6 +112,43 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
                     control.error().message());
     }
   }
+
+  // The machine-wide settings last: a second daemon stops at its port or socket above (saying
+  // so) before it touches any. First what a daemon that did not stop cleanly left changed, then
+  // this daemon's originals (enforce/settings_journal.hpp).
+  const std::string journal_path = enforce::settings_journal_path();
+  if (auto r = enforce::recover_settings(journal_path, d->opts_.proc_root, d->opts_.sys_root,
+                                         d->nvml_.get());
+      !r) {
+    return r.error();
+  }
+  auto journal = enforce::SettingsJournal::open(journal_path, d->opts_.proc_root);
+  if (!journal) return journal.error();
+  d->power_ =
+      enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root, *journal);
+
+  collect::DelayAcctJournal acct_journal;
+  acct_journal.record = [j = *journal](bool original) {
+    enforce::SettingsOriginals o;
+    o.delayacct = original;
+    return j->record(o);
+  };
+  acct_journal.forget = [j = *journal] {
+    enforce::SettingsOriginals o;
+    o.delayacct = false;  // names the setting; the value does not matter
+    return j->forget(o);
+  };
+  auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root, std::move(acct_journal));
+  collect::SignalsOptions sig;
+  sig.proc_root = d->opts_.proc_root;
+  if (acct) {
+    if (acct->changed()) spdlog::info("turned on kernel.task_delayacct (restored on exit)");
+    d->delayacct_.emplace(std::move(*acct));
+  } else {
+    spdlog::warn("io wait is not measured: {}", acct.error().message());
+    sig.measure_io_wait = false;
+  }
+  d->signals_ = collect::SignalSampler(sig);
   return d;
 }
 

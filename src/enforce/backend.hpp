@@ -65,7 +65,8 @@ namespace zernel::enforce {
 //
 // The userspace backend's journal path and cgroup subtree name may be overridden (tests, a
 // private instance) with these environment variables; defaults /run/zernel/userspace.journal and
-// "zernel".
+// "zernel". (The journal of machine-wide settings, whatever the backend, is
+// $ZERNEL_SETTINGS_JOURNAL: enforce/settings_journal.hpp.)
 inline constexpr const char* kUserspaceJournalEnv = "ZERNEL_USERSPACE_JOURNAL";
 inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
 

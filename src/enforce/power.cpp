@@ -1,6 +1,8 @@
 #include "enforce/power.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,9 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <utility>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 namespace zernel::enforce {
 namespace {
@@ -33,9 +32,8 @@ Result<void> write_value(const std::string& path, std::uint32_t value) {
   const int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(text.size())) {
-    return Error(n < 0 ? err : EIO,
-                 fmt::format("writing {} to {}: {}", value, path,
-                             n < 0 ? std::strerror(err) : "short write"));
+    return Error(n < 0 ? err : EIO, fmt::format("writing {} to {}: {}", value, path,
+                                                n < 0 ? std::strerror(err) : "short write"));
   }
   return Ok{};
 }
@@ -44,8 +42,9 @@ std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
 
 }  // namespace
 
-PowerManager::PowerManager(PowerOptions opts, collect::Nvml* nvml)
-    : opts_(std::move(opts)), nvml_(nvml) {
+PowerManager::PowerManager(PowerOptions opts, collect::Nvml* nvml,
+                           std::shared_ptr<SettingsJournal> journal)
+    : opts_(std::move(opts)), nvml_(nvml), journal_(std::move(journal)) {
   if (opts_.manage_gpu) read_gpus();
   if (opts_.manage_cpu) read_cpus();
 }
@@ -69,6 +68,7 @@ void PowerManager::read_gpus() {
     }
     Gpu g;
     g.index = dev.index;
+    g.bus_id = dev.bus_id;
     g.sm_max = clocks->sm_max;
     g.original_clocks = {clocks->mem_application != 0 ? clocks->mem_application : clocks->mem_max,
                          clocks->sm_application != 0 ? clocks->sm_application : clocks->sm_max};
@@ -95,9 +95,10 @@ void PowerManager::read_cpus() {
     const auto min = read_khz((dir / "cpuinfo_min_freq").string());
     const auto max = read_khz((dir / "cpuinfo_max_freq").string());
     if (!cur || !min || !max || *min == 0 || *min > *max) {
-      spdlog::warn("power: {} is not managed: cannot read scaling_max_freq, cpuinfo_min_freq "
-                   "and cpuinfo_max_freq",
-                   dir.string());
+      spdlog::warn(
+          "power: {} is not managed: cannot read scaling_max_freq, cpuinfo_min_freq "
+          "and cpuinfo_max_freq",
+          dir.string());
       continue;
     }
     cpus_.push_back(CpuPolicy{dir.filename().string(), dir.string(), *cur, *min, *cur, false});
@@ -106,6 +107,30 @@ void PowerManager::read_cpus() {
     spdlog::warn("power: no cpufreq policies under {}: the CPU frequency is not managed",
                  root.string());
   }
+}
+
+SettingsOriginals PowerManager::originals() const {
+  SettingsOriginals o;
+  for (const Gpu& g : gpus_) {
+    o.gpus.push_back(GpuOriginal{g.index, g.bus_id, g.original_clocks, g.limits.current_mw});
+  }
+  for (const CpuPolicy& c : cpus_) o.cpufreq.push_back(CpufreqOriginal{c.name, c.original_khz});
+  return o;
+}
+
+bool PowerManager::journal_originals() {
+  if (journal_ == nullptr || journaled_) return true;
+  if (auto r = journal_->record(originals()); !r) {
+    ++errors_;
+    if (!journal_warned_) {
+      spdlog::warn("power: no change until the originals are journaled: {}", r.error().message());
+    }
+    journal_warned_ = true;
+    return false;
+  }
+  journaled_ = true;
+  journal_warned_ = false;
+  return true;
 }
 
 std::uint32_t PowerManager::sm_clock_of(const Gpu& g, const policy::GpuPowerTarget& t) const {
@@ -156,6 +181,7 @@ void PowerManager::apply_gpu(Gpu& g, const policy::GpuPowerTarget& target) {
     g.applied = target;
     return;
   }
+  if (!opts_.dry_run && (clk_from != clk_to || mw_from != mw_to) && !journal_originals()) return;
   if (clk_from != clk_to) {
     if (!opts_.dry_run) {
       auto r = nvml_->set_application_clocks(g.index, {g.original_clocks.mem_mhz, clk_to});
@@ -198,6 +224,9 @@ Result<void> PowerManager::restore_gpu(Gpu& g) {
 
 Result<void> PowerManager::set_cpu(CpuPolicy& c, std::uint32_t khz, const char* verb) {
   if (!opts_.dry_run) {
+    if (khz != c.original_khz && !journal_originals()) {
+      return Error(EAGAIN, "power: the originals are not journaled");
+    }
     if (auto r = write_value(c.dir + "/scaling_max_freq", khz); !r) {
       ++errors_;
       if (!c.warned) spdlog::warn("power: {}", r.error().message());
@@ -213,8 +242,7 @@ Result<void> PowerManager::set_cpu(CpuPolicy& c, std::uint32_t khz, const char* 
 void PowerManager::apply_cpus(policy::CpuFreqTarget target) {
   const char* verb = opts_.dry_run ? "would set" : "set";
   for (CpuPolicy& c : cpus_) {
-    const std::uint32_t khz =
-        target == policy::CpuFreqTarget::minimum ? c.min_khz : c.original_khz;
+    const std::uint32_t khz = target == policy::CpuFreqTarget::minimum ? c.min_khz : c.original_khz;
     if (khz != c.applied_khz) (void)set_cpu(c, khz, verb);
   }
 }
@@ -252,21 +280,31 @@ Result<void> PowerManager::restore() {
       failures.push_back(r.error().message());
     }
   }
-  if (failures.empty()) return Ok{};
+  if (failures.empty()) {
+    if (!journaled_) return Ok{};
+    // Everything is back: the next start has nothing to restore. (With a failure the journal
+    // keeps the originals, and the next start retries.)
+    if (auto r = journal_->forget(originals()); !r) {
+      return r.error().context("restored every setting, but");
+    }
+    journaled_ = false;
+    return Ok{};
+  }
   std::string msg = "could not restore: ";
   for (std::size_t i = 0; i < failures.size(); ++i) msg += (i > 0 ? "; " : "") + failures[i];
   return Error(code, msg);
 }
 
 std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg,
-                                                 collect::Nvml* nvml, const std::string& sys_root) {
+                                                 collect::Nvml* nvml, const std::string& sys_root,
+                                                 std::shared_ptr<SettingsJournal> journal) {
   if (!cfg.enabled) return nullptr;
   PowerOptions opts;
   opts.dry_run = cfg.dry_run;
   opts.manage_gpu = cfg.manage_gpu;
   opts.manage_cpu = cfg.manage_cpu;
   opts.sys_root = sys_root;
-  auto pm = std::make_unique<PowerManager>(opts, nvml);
+  auto pm = std::make_unique<PowerManager>(opts, nvml, std::move(journal));
   spdlog::info("power management{}: {} GPU(s), {} cpufreq polic{} (restored on exit)",
                cfg.dry_run ? " (dry run: logs changes, makes none)" : "", pm->gpu_count(),
                pm->cpu_policy_count(), pm->cpu_policy_count() == 1 ? "y" : "ies");

@@ -17,6 +17,11 @@
 //   - dry_run: every change is logged ("power: would set GPU 1 SM clock 1980 -> 660 MHz") and
 //     none is made. Real changes are logged the same way without "would".
 //   - A failed setting is logged once per GPU or policy and counted (errors()); the others go on.
+//   - Crash recovery: given a SettingsJournal, the first real change (never in dry_run) writes the
+//     originals of every managed GPU and cpufreq policy to it first (no journal, no change: the
+//     error is counted and logged once, the next apply() retries), and a restore() that put
+//     everything back removes them. The next start restores what a killed daemon left
+//     (recover_settings, enforce/settings_journal.hpp).
 //
 // Not thread-safe: the daemon's loop owns it. The Nvml must outlive it.
 
@@ -29,6 +34,7 @@
 #include "collect/nvml.hpp"
 #include "common/result.hpp"
 #include "config/config.hpp"
+#include "enforce/settings_journal.hpp"
 #include "policy/engine.hpp"
 #include "policy/power_policy.hpp"
 
@@ -43,9 +49,10 @@ struct PowerOptions {
 
 class PowerManager {
  public:
-  // Reads the originals. `nvml` may be null (no GPU to manage). Never fails: what cannot be read
-  // is not managed, with one warning each.
-  PowerManager(PowerOptions opts, collect::Nvml* nvml);
+  // Reads the originals. `nvml` may be null (no GPU to manage), and `journal` (then a killed
+  // daemon's changes stay). Never fails: what cannot be read is not managed, with one warning each.
+  PowerManager(PowerOptions opts, collect::Nvml* nvml,
+               std::shared_ptr<SettingsJournal> journal = nullptr);
   ~PowerManager();
   PowerManager(const PowerManager&) = delete;
   PowerManager& operator=(const PowerManager&) = delete;
@@ -67,7 +74,8 @@ class PowerManager {
  private:
   struct Gpu {
     std::uint32_t index = 0;
-    std::uint32_t sm_max = 0;                   // MHz
+    std::string bus_id;
+    std::uint32_t sm_max = 0;                    // MHz
     collect::ApplicationClocks original_clocks;  // application clocks before
     collect::PowerLimits limits;                 // current = the original limit
     policy::GpuPowerTarget applied;              // what this object last set (full: originals)
@@ -87,12 +95,18 @@ class PowerManager {
   void apply_gpu(Gpu& g, const policy::GpuPowerTarget& target);
   void apply_cpus(policy::CpuFreqTarget target);
   Result<void> restore_gpu(Gpu& g);
+  // Writes the originals to the journal before the first change; false: make no change.
+  bool journal_originals();
+  [[nodiscard]] SettingsOriginals originals() const;
   Result<void> set_cpu(CpuPolicy& c, std::uint32_t khz, const char* verb);
   [[nodiscard]] std::uint32_t sm_clock_of(const Gpu& g, const policy::GpuPowerTarget& t) const;
   [[nodiscard]] std::uint32_t power_mw_of(const Gpu& g, const policy::GpuPowerTarget& t) const;
 
   PowerOptions opts_;
   collect::Nvml* nvml_;
+  std::shared_ptr<SettingsJournal> journal_;
+  bool journaled_ = false;  // the originals are in journal_
+  bool journal_warned_ = false;
   std::vector<Gpu> gpus_;
   std::vector<CpuPolicy> cpus_;
   std::uint64_t errors_ = 0;
@@ -100,8 +114,9 @@ class PowerManager {
 
 // The daemon's hooks. make_power_manager: nullptr when [power] enabled = false (logs what it will
 // manage otherwise). apply_power: plans from the engine's tasks and applies; nothing when null.
-std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg,
-                                                 collect::Nvml* nvml, const std::string& sys_root);
+std::unique_ptr<PowerManager> make_power_manager(
+    const config::PowerConfig& cfg, collect::Nvml* nvml, const std::string& sys_root,
+    std::shared_ptr<SettingsJournal> journal = nullptr);
 void apply_power(PowerManager* power, const policy::Engine& engine);
 
 }  // namespace zernel::enforce

@@ -10,11 +10,12 @@
 #      from before the daemon started. GPU 1 starts from a non-default setting (1800 MHz, 650 W),
 #      so "back" cannot be satisfied by a reset to the defaults.
 #   3. dry_run = true: "power: would set" lines, and the GPUs never change.
-#   4. kill -9: see the comment at that section.
+#   4. kill -9: the lowered settings stay while no daemon runs; the next daemon's start restores
+#      them (and kernel.task_delayacct) from the settings journal the killed one left.
 #
 # Timing: only lower bounds and generous waits; this runs on small, loaded machines.
 set -uo pipefail
-BIN=${ZERNEL_BIN:-build/bin}
+. "$(dirname "$0")/lib.sh"
 FAKE_NVML="$BIN/../lib/fake/libnvidia-ml.so.1"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-power-test-$$"
@@ -22,7 +23,11 @@ export ZERNEL_FAKE_GPU_COUNT=2
 # The setters need root, as on the real driver; unprivileged, use the emulator's equivalent of
 # `nvidia-smi -acp UNRESTRICTED`.
 [[ $EUID -ne 0 ]] && export ZERNEL_FAKE_GPU_UNRESTRICTED=1
-acct_left_on=""  # set when a daemon this test SIGKILLed had turned kernel.task_delayacct on
+# A private settings journal (the daemon's default is /run/zernel/settings.journal).
+export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
+acct_file=/proc/sys/kernel/task_delayacct
+acct_orig=$(cat "$acct_file" 2>/dev/null)
+acct_forced=""  # set when section 4 turned kernel.task_delayacct off for its killed daemon
 daemon_pid=""
 wl_pid=""
 cleanup() {
@@ -31,25 +36,15 @@ cleanup() {
     kill -TERM "$wl_pid" 2>/dev/null
     wait "$wl_pid" 2>/dev/null
   fi
-  # A daemon killed with SIGKILL (section 4) leaves kernel.task_delayacct on if it turned it on,
-  # and the next daemon finds it on and leaves it so: turn it off again, only in that case (other
-  # daemons may run on this machine).
-  [[ -n $acct_left_on ]] && echo 0 > /proc/sys/kernel/task_delayacct 2>/dev/null
+  # Section 4 turns kernel.task_delayacct off (so that its killed daemon turns it on); put the
+  # machine's value back.
+  [[ -n $acct_forced ]] && echo "$acct_orig" > "$acct_file" 2>/dev/null
   rm -rf "$tmp"
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-failures=0
-passed=0
-pass() { passed=$((passed + 1)); }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-check() { if eval "$2"; then pass; else fail "$1"; fi; }
 
-if [[ ! -x $BIN/zernel-workload || ! -f $FAKE_NVML ]]; then
-  echo "SKIP: zernel-workload or the emulated GPU is not built"
-  echo "0 passed, 0 failed"
-  exit 0
-fi
+[[ -x $BIN/zernel-workload && -f $FAKE_NVML ]] || skip "zernel-workload or the emulated GPU is not built"
 
 # gpu get: one line "0:SM:MEM:PL_mW 1:SM:MEM:PL_mW" (application clocks in MHz, power limit in
 # mW), read through NVML. gpu set DEV SM_MHZ PL_MW: set them (the "before" state). Creates the
@@ -108,14 +103,15 @@ write_config() {
 }
 
 # start_daemon NAME: runs the daemon with $tmp/NAME.toml, logging to $tmp/NAME.log; waits (up to
-# 30 s) until it serves /metrics.
+# 30 s) until it serves /metrics and has set up power management (the daemon does that last).
 start_daemon() {
   local name=$1
   "$BIN/zernel-scheduler" --config "$tmp/$name.toml" --backend observe --emulated-gpu \
     --control-socket "$tmp/$name.sock" > "$tmp/$name.log" 2>&1 &
   daemon_pid=$!
   for _ in $(seq 300); do
-    curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && return 0
+    curl -sf "http://127.0.0.1:$port/metrics" > /dev/null &&
+      grep -q 'power management' "$tmp/$name.log" && return 0
     kill -0 "$daemon_pid" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -158,7 +154,7 @@ stop_workload() {
 }
 
 # The state before any daemon: GPU 0 at its defaults, GPU 1 set by "someone else".
-gpu get > /dev/null || { fail "cannot read the emulated GPU through NVML"; echo "$passed passed, $failures failed"; exit 1; }
+gpu get > /dev/null || { fail "cannot read the emulated GPU through NVML"; summary; exit 1; }
 gpu set 1 1800 650000
 before=$(gpu get)
 echo "before any daemon:   $before   (GPU:SM MHz:memory MHz:power limit mW)"
@@ -170,7 +166,7 @@ write_config on
 if ! start_daemon on; then
   fail "daemon (power on) did not start"
   cat "$tmp/on.log"
-  echo "$passed passed, $failures failed"
+  summary
   exit 1
 fi
 check "log says what power management covers" \
@@ -215,6 +211,7 @@ check "no power warnings" "! grep -qE '(warn|error).*power' $tmp/on.log"
 # ---- 2. SIGTERM while the job still runs: exit 0, everything back
 stop_daemon
 check "SIGTERM (power on) exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+check "SIGTERM removes the settings journal" "[[ ! -e $ZERNEL_SETTINGS_JOURNAL ]]"
 after=$(gpu get)
 echo "after SIGTERM:       $after"
 check "after SIGTERM every GPU is back to its clocks and power limit from before (before: $before, after: $after)" \
@@ -259,19 +256,24 @@ check "SIGTERM (dry run) exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
 check "GPUs as before after the dry run" "[[ \$(gpu get) == '$before' ]]"
 stop_workload
 
-# ---- 4. kill -9
-# What src/enforce/power.cpp promises: it restores on exit, SIGTERM and SIGINT (shutdown() and
-# the destructors of PowerManager and Nvml). Nothing is written down outside the process, so a
-# daemon killed with SIGKILL (or one that crashes) restores NOTHING: the GPUs keep the clock and
-# power limit it last set, as a real GPU keeps them until reset. The next daemon takes what it
-# finds at its start as "the original" (PowerManager reads the originals at creation) and, on
-# SIGTERM, puts back only what it changed itself: it does NOT bring back the values from before
-# the killed daemon. The operator has to reset those by hand (nvidia-smi -rac / -pl). This section
-# checks exactly that, so a future crash recovery will show up here as a (welcome) failure.
-# (Likewise kernel.task_delayacct, which the daemon turns on and restores on exit, stays on after
-# SIGKILL; the cleanup above turns it off again.)
+# ---- 4. kill -9, and the next start
+# Before its first change the daemon writes the originals to its settings journal
+# ($ZERNEL_SETTINGS_JOURNAL, src/enforce/settings_journal.hpp); SIGTERM restores and removes it.
+# A daemon killed with SIGKILL restores nothing: the GPUs keep the clock and power limit it last
+# set (as a real GPU keeps them until reset) and kernel.task_delayacct stays on, until the next
+# daemon starts. That one, before it reads its own "originals", finds the journal of a daemon that
+# is gone, puts back the values from before the killed daemon, logs "restored N settings left by
+# daemon PID (not stopped cleanly)" and removes the journal. Here kernel.task_delayacct is turned
+# off first (when this test may), so that the killed daemon turns it on and the recovery of that
+# is checked too; the cleanup puts the machine's value back.
+if [[ -w $acct_file ]] && echo 0 > "$acct_file" 2>/dev/null; then
+  acct_forced=1
+else
+  echo "note: cannot write $acct_file: kernel.task_delayacct recovery is not checked"
+fi
 write_config kill
 killed=""
+killed_pid=""
 for attempt in 1 2 3; do  # the job may leave DataLoading between the read and the kill: retry
   start_daemon kill || { fail "daemon (kill -9 run $attempt) did not start"; break; }
   [[ -z $wl_pid ]] && start_workload kill
@@ -282,13 +284,13 @@ for attempt in 1 2 3; do  # the job may leave DataLoading between the read and t
   done
   kill -KILL "$daemon_pid" 2>/dev/null
   reap "$daemon_pid" 30
+  killed_pid=$daemon_pid
   daemon_pid=""
-  grep -q 'turned on kernel.task_delayacct' "$tmp/kill.log" && acct_left_on=1
   killed=$(gpu get)
   lowered "$killed" "$before" && break
   echo "note: run $attempt: nothing lowered at the kill ($killed); again"
   killed=""
-  # This daemon's "originals" must still be the test's: the GPUs are back at $before here.
+  # The next attempt's daemon restores what this one left (delay accounting) at its start.
   [[ $(gpu get) == "$before" ]] || break
 done 2>/dev/null  # (the shell's "Killed" notice)
 stop_workload
@@ -297,25 +299,56 @@ check "after kill -9 the lowered settings stay (before: $before, after: ${killed
   "[[ -n '$killed' ]]"
 check "a killed daemon restores nothing (no 'power: restored' line)" \
   "! grep -q 'power: restored' $tmp/kill.log"
+check "a killed daemon leaves its settings journal with the GPUs' originals" \
+  "grep -q '^gpu 1 [0-9a-f]* 3201 1800 650000$' $ZERNEL_SETTINGS_JOURNAL"
 sleep 1
-check "the GPUs stay as the killed daemon left them" "[[ \$(gpu get) == '$killed' ]]"
+check "the GPUs stay as the killed daemon left them while no daemon runs" \
+  "[[ \$(gpu get) == '$killed' ]]"
+if [[ -n $acct_forced ]]; then
+  check "the killed daemon had turned kernel.task_delayacct on" \
+    "grep -q 'turned on kernel.task_delayacct' $tmp/kill.log && [[ \$(cat $acct_file) == 1 ]]"
+  check "the journal has delay accounting's original (0)" \
+    "grep -q '^delayacct 0$' $ZERNEL_SETTINGS_JOURNAL"
+fi
 
-# The next daemon (no job running: nothing to change) starts, and stops on SIGTERM.
+# The next daemon (no job running: nothing to change) restores at its start, and stops on SIGTERM.
 write_config next
 if start_daemon next; then pass; else fail "daemon after kill -9 did not start"; fi
+check "the next daemon logs 'restored N settings left by daemon $killed_pid (not stopped cleanly)'" \
+  "grep -qE 'restored [0-9]+ settings left by daemon $killed_pid \(not stopped cleanly\)' $tmp/next.log"
+now=$(gpu get)
+echo "after the next start: $now"
+check "the next daemon's start puts the GPUs back to the values from before the killed one (before: $before, now: $now)" \
+  "[[ '$now' == '$before' ]]"
+check "the next daemon logs each restored GPU" \
+  "[[ \$(grep -c 'settings journal: restored GPU [01] ' $tmp/next.log) -eq 2 ]]"
+check "no warnings about the recovery" "! grep -qE '(warn|error).*settings journal' $tmp/next.log"
+if [[ -n $acct_forced ]]; then
+  # (It turns it on at the very end of its start, after it serves /metrics: allow it a while.)
+  for _ in $(seq 100); do
+    grep -q 'turned on kernel.task_delayacct' "$tmp/next.log" && break
+    sleep 0.1
+  done
+  check "the next daemon restored kernel.task_delayacct to 0 (then turned it on for itself)" \
+    "grep -q 'restored kernel.task_delayacct to 0' $tmp/next.log && grep -q 'turned on kernel.task_delayacct' $tmp/next.log"
+fi
 sleep 2
-check "the next daemon does not touch the GPUs with no job" "[[ \$(gpu get) == '$killed' ]]"
+check "the next daemon does not touch the GPUs with no job" "[[ \$(gpu get) == '$before' ]]"
 stop_daemon
 check "SIGTERM (next daemon) exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
 now=$(gpu get)
 echo "after the next daemon's SIGTERM: $now"
-check "the next daemon leaves the GPUs as it found them, not as before the killed one (now: $now)" \
-  "[[ '$now' == '$killed' ]]"
+check "after the next daemon's SIGTERM the GPUs are as before the killed daemon (now: $now)" \
+  "[[ '$now' == '$before' ]]"
+check "no settings journal is left" "[[ ! -e $ZERNEL_SETTINGS_JOURNAL ]]"
+if [[ -n $acct_forced ]]; then
+  check "kernel.task_delayacct is back to its value from before the killed daemon (0)" \
+    "[[ \$(cat $acct_file) == 0 ]]"
+fi
 
 if [[ $failures -ne 0 ]]; then
   for f in on dry kill next; do
     [[ -f $tmp/$f.log ]] && { echo "--- daemon log ($f)"; cat "$tmp/$f.log"; }
   done
 fi
-echo "$passed passed, $failures failed"
-[[ $failures -eq 0 ]]
+summary

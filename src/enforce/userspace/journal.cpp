@@ -1,74 +1,14 @@
 #include "enforce/userspace/journal.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <charconv>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "collect/topology_reader.hpp"
+#include "common/journal_file.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
 
 constexpr std::string_view kMagic = "zernel-userspace-journal 1";
-
-std::string hex(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() * 2);
-  for (const char c : s) out += fmt::format("{:02x}", static_cast<unsigned char>(c));
-  return out;
-}
-
-std::optional<std::string> unhex(std::string_view s) {
-  if (s.size() % 2 != 0) return std::nullopt;
-  std::string out;
-  out.reserve(s.size() / 2);
-  for (std::size_t i = 0; i < s.size(); i += 2) {
-    unsigned v = 0;
-    const auto [p, ec] = std::from_chars(s.data() + i, s.data() + i + 2, v, 16);
-    if (ec != std::errc() || p != s.data() + i + 2) return std::nullopt;
-    out.push_back(static_cast<char>(v));
-  }
-  return out;
-}
-
-template <typename T>
-std::optional<T> number(std::string_view s) {
-  T v{};
-  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-std::vector<std::string_view> fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < line.size()) {
-    const std::size_t j = std::min(line.find(' ', i), line.size());
-    out.push_back(line.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
-Result<void> write_all(int fd, const std::string& text, const std::string& path) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_error("writing " + path);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return Ok{};
-}
 
 }  // namespace
 
@@ -88,14 +28,16 @@ std::string format_journal(const Journal& j) {
   std::string out(kMagic);
   out += fmt::format("\nowner {} {}\n", j.owner_pid, j.owner_start);
   if (j.cgroup) {
-    out += fmt::format(
-        "cgroup {} {} {} {}\n", j.cgroup->layout.version == CgroupVersion::v2 ? "v2" : "v1",
-        hex(j.cgroup->layout.mount_root), hex(j.cgroup->layout.mount_point), hex(j.cgroup->name));
+    out += fmt::format("cgroup {} {} {} {}\n",
+                       j.cgroup->layout.version == CgroupVersion::v2 ? "v2" : "v1",
+                       hex_encode(j.cgroup->layout.mount_root),
+                       hex_encode(j.cgroup->layout.mount_point), hex_encode(j.cgroup->name));
   } else {
     out += "cgroup -\n";
   }
   for (const ProcessOriginal& p : j.processes) {
-    out += fmt::format("process {} {} {}\n", p.pid, p.start, p.cgroup ? hex(*p.cgroup) : "-");
+    out +=
+        fmt::format("process {} {} {}\n", p.pid, p.start, p.cgroup ? hex_encode(*p.cgroup) : "-");
     for (const ThreadOriginal& t : p.threads) {
       out += fmt::format("thread {} {} {} {}\n", t.tid, t.start, t.nice,
                          t.cpus.empty() ? "-" : format_cpu_list(t.cpus));
@@ -126,13 +68,13 @@ Result<Journal> parse_journal(std::string_view text) {
       if (line != kMagic) return bad("not a zernel userspace journal (version 1)");
       continue;
     }
-    const auto f = fields(line);
+    const auto f = split_fields(line);
     if (f.empty() || f[0].empty()) return bad("empty line");
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
       if (f.size() != 3) return bad("expected: owner PID START");
-      auto pid = number<std::uint32_t>(f[1]);
-      auto start = number<std::uint64_t>(f[2]);
+      auto pid = parse_number<std::uint32_t>(f[1]);
+      auto start = parse_number<std::uint64_t>(f[2]);
       if (!pid || !start) return bad("bad owner pid or start time");
       j.owner_pid = *pid;
       j.owner_start = *start;
@@ -143,9 +85,9 @@ Result<Journal> parse_journal(std::string_view text) {
       if (f.size() != 5 || (f[1] != "v1" && f[1] != "v2")) {
         return bad("expected: cgroup v1|v2 ROOT MOUNT NAME");
       }
-      auto root = unhex(f[2]);
-      auto mount = unhex(f[3]);
-      auto name = unhex(f[4]);
+      auto root = hex_decode(f[2]);
+      auto mount = hex_decode(f[3]);
+      auto name = hex_decode(f[4]);
       if (!root || !mount || !name || name->empty() || name->find('/') != std::string::npos) {
         return bad("bad cgroup fields");
       }
@@ -158,13 +100,13 @@ Result<Journal> parse_journal(std::string_view text) {
     } else if (kind == "process" && have_cgroup) {
       if (f.size() != 4) return bad("expected: process PID START CGROUP");
       ProcessOriginal p;
-      auto pid = number<std::uint32_t>(f[1]);
-      auto start = number<std::uint64_t>(f[2]);
+      auto pid = parse_number<std::uint32_t>(f[1]);
+      auto start = parse_number<std::uint64_t>(f[2]);
       if (!pid || *pid == 0 || !start) return bad("bad process pid or start time");
       p.pid = *pid;
       p.start = *start;
       if (f[3] != "-") {
-        auto cg = unhex(f[3]);
+        auto cg = hex_decode(f[3]);
         if (!cg || cg->empty() || cg->front() != '/') return bad("bad cgroup path");
         p.cgroup = std::move(*cg);
       }
@@ -172,9 +114,9 @@ Result<Journal> parse_journal(std::string_view text) {
     } else if (kind == "thread" && !j.processes.empty()) {
       if (f.size() != 5) return bad("expected: thread TID START NICE CPULIST");
       ThreadOriginal t;
-      auto tid = number<std::uint32_t>(f[1]);
-      auto start = number<std::uint64_t>(f[2]);
-      auto nice = number<std::int32_t>(f[3]);
+      auto tid = parse_number<std::uint32_t>(f[1]);
+      auto start = parse_number<std::uint64_t>(f[2]);
+      auto nice = parse_number<std::int32_t>(f[3]);
       if (!tid || *tid == 0 || !start || !nice || *nice < -20 || *nice > 19) {
         return bad("bad thread id, start time or nice");
       }
@@ -199,46 +141,14 @@ Result<Journal> parse_journal(std::string_view text) {
 }
 
 Result<void> write_journal(const std::string& path, const Journal& j) {
-  const std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) {
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Error(ec.value(), "creating " + dir + ": " + ec.message());
-    ::chmod(dir.c_str(), 0700);
-  }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_error("creating " + tmp);
-  auto r = write_all(fd, format_journal(j), tmp);
-  if (r && ::fsync(fd) != 0) r = errno_error("syncing " + tmp);
-  ::close(fd);
-  if (!r) {
-    ::unlink(tmp.c_str());
-    return r;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return errno_error("renaming " + tmp + " to " + path, err);
-  }
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return Ok{};
+  return write_file_atomically(path, format_journal(j));
 }
 
 Result<std::optional<Journal>> read_journal(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT || err == ENOTDIR) return std::optional<Journal>{};
-    return errno_error("reading " + path, err);
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = parse_journal(ss.str());
+  auto text = read_whole_file(path);
+  if (!text) return text.error();
+  if (!text->has_value()) return std::optional<Journal>{};
+  auto j = parse_journal(**text);
   if (!j) return j.error().context(path);
   return std::optional<Journal>(std::move(*j));
 }

@@ -15,6 +15,7 @@
 
 #include "collect/procfs.hpp"
 #include "collect/topology_reader.hpp"
+#include "enforce/settings_journal.hpp"
 #include "policy/weight.hpp"
 
 namespace zernel::enforce::userspace {
@@ -111,12 +112,8 @@ std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root,
   return out;
 }
 
-// Same process (and same thread) as when the original was read: guards against pid reuse.
-bool same_process(const std::string& proc_root, std::uint32_t pid, std::uint64_t start) {
-  auto st = collect::read_stat(proc_root, pid);
-  return st && st->starttime_ticks == start && !st->is_dead();
-}
-
+// Same thread as when the original was read: guards against tid reuse (processes:
+// process_running, enforce/settings_journal.hpp).
 bool same_thread(const std::string& proc_root, std::uint32_t pid, std::uint32_t tid,
                  std::uint64_t start) {
   auto st = collect::read_thread_stat(proc_root, pid, tid);
@@ -147,9 +144,7 @@ Result<std::unique_ptr<UserspaceBackend>> UserspaceBackend::create(UserspaceOpti
       o.cgroup_name == "." || o.cgroup_name == "..") {
     return Error(EINVAL, "userspace backend: bad cgroup subtree name \"" + o.cgroup_name + "\"");
   }
-  if (auto self = collect::read_stat(o.proc_root, static_cast<std::uint32_t>(::getpid()))) {
-    b->self_start_ = self->starttime_ticks;
-  }
+  b->self_start_ = own_start_time(o.proc_root);
   b->nodes_ = read_nodes(o.sys_root, o.proc_root);
   if (o.use_cgroups) {
     auto layout = o.cgroup ? Result<CpuCgroupLayout>(*o.cgroup)
@@ -191,7 +186,7 @@ Result<void> UserspaceBackend::recover() {
     }
   } else if (read->has_value()) {
     const Journal& j = **read;
-    if (same_process(opts_.proc_root, j.owner_pid, j.owner_start)) {
+    if (process_running(opts_.proc_root, j.owner_pid, j.owner_start)) {
       return Error(EBUSY, "userspace backend: " + path +
                               " belongs to a running zernel-scheduler "
                               "(pid " +
@@ -199,7 +194,7 @@ Result<void> UserspaceBackend::recover() {
                               "); stop it first (two daemons would fight over the same values)");
     }
     for (const ProcessOriginal& p : j.processes) {
-      if (!same_process(opts_.proc_root, p.pid, p.start)) {
+      if (!process_running(opts_.proc_root, p.pid, p.start)) {
         ++stats_.recovery_skipped;
         continue;
       }
@@ -530,8 +525,8 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
         thread_gone = true;
       } else {
         write_failed(
-            pid, p, "setting nice " + std::to_string(want_nice) + " on thread " + std::to_string(tid),
-            e);
+            pid, p,
+            "setting nice " + std::to_string(want_nice) + " on thread " + std::to_string(tid), e);
       }
     }
     std::vector<std::uint32_t> want = t.orig_cpus;
@@ -581,7 +576,7 @@ Result<void> UserspaceBackend::move_home(std::uint32_t pid, const ProcState& p) 
 }
 
 void UserspaceBackend::restore(std::uint32_t pid, ProcState& p) {
-  if (!same_process(opts_.proc_root, pid, p.start)) return;  // exited (or the pid was reused)
+  if (!process_running(opts_.proc_root, pid, p.start)) return;  // exited (or the pid was reused)
   for (auto& [tid, t] : p.threads) {
     const bool nice_changed = t.nice && *t.nice != t.orig_nice;
     const bool cpus_changed = t.cpus && *t.cpus != t.orig_cpus;

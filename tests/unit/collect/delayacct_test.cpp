@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "collect/procfs.hpp"
 
@@ -76,6 +77,56 @@ TEST(DelayAcct, the_guard_restores_when_it_goes_out_of_scope) {
     EXPECT_FALSE(g->changed());
   }
   EXPECT_EQ(*read_task_delayacct(f.root()), false);
+}
+
+TEST(DelayAcct, the_journal_has_the_original_before_the_change_and_forgets_it_after_restore) {
+  FakeSysctl f;
+  f.set("0\n");
+  std::vector<std::string> events;
+  DelayAcctJournal journal;
+  journal.record = [&](bool original) -> Result<void> {
+    // The sysctl is still off when the original is recorded.
+    events.push_back("record " + std::to_string(original) + " while " + f.value().substr(0, 1));
+    return Ok{};
+  };
+  journal.forget = [&]() -> Result<void> {
+    events.push_back("forget while " + f.value().substr(0, 1));
+    return Ok{};
+  };
+  {
+    auto g = DelayAcctGuard::enable(f.root(), journal);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    EXPECT_EQ(events, std::vector<std::string>{"record 0 while 0"});
+    DelayAcctGuard moved = std::move(*g);  // the journal goes with the duty to restore
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"record 0 while 0", "forget while 0"}));
+}
+
+TEST(DelayAcct, a_journal_that_cannot_record_leaves_the_sysctl_alone_fail) {
+  FakeSysctl f;
+  f.set("0\n");
+  DelayAcctJournal journal;
+  journal.record = [](bool) -> Result<void> { return Error(EROFS, "/run/zernel: read-only"); };
+  auto g = DelayAcctGuard::enable(f.root(), journal);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), EROFS);
+  EXPECT_NE(g.error().message().find("recording the original"), std::string::npos)
+      << g.error().message();
+  EXPECT_EQ(f.value(), "0\n");
+}
+
+TEST(DelayAcct, already_on_records_nothing) {
+  FakeSysctl f;
+  f.set("1\n");
+  bool recorded = false;
+  DelayAcctJournal journal;
+  journal.record = [&](bool) -> Result<void> {
+    recorded = true;
+    return Ok{};
+  };
+  auto g = DelayAcctGuard::enable(f.root(), journal);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(recorded);
 }
 
 TEST(DelayAcct, already_on_is_left_alone) {

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <string>
 
+#include "support/temp_tree.hpp"
+
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
 #endif
@@ -33,8 +35,8 @@ class EmulatedGpu {
   explicit EmulatedGpu(int devices) {
     static std::atomic<int> counter{0};
     std::random_device rd;
-    name_ = "/zernel-power-test-" + std::to_string(getpid()) + "-" +
-            std::to_string(counter++) + "-" + std::to_string(rd());
+    name_ = "/zernel-power-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) +
+            "-" + std::to_string(rd());
     setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
     setenv("ZERNEL_FAKE_GPU_COUNT", std::to_string(devices).c_str(), 1);
     setenv("ZERNEL_FAKE_GPU_UNRESTRICTED", "1", 1);
@@ -111,8 +113,8 @@ bool contains(const std::string& text, const std::string& needle) {
   return text.find(needle) != std::string::npos;
 }
 
-#define REQUIRE_FAKE_GPU()                                                              \
-  do {                                                                                  \
+#define REQUIRE_FAKE_GPU()                                                           \
+  do {                                                                               \
     if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no emulated GPU"; \
   } while (0)
 
@@ -163,7 +165,8 @@ TEST(Power, sets_every_gpu_by_its_phase_and_the_cpus_then_restores_the_originals
     EXPECT_EQ(sys.max("policy1"), "1200000");
     EXPECT_TRUE(contains(log.text(), "power: set GPU 0 SM clock 1980 -> 660 MHz"));
     EXPECT_TRUE(contains(log.text(), "power: set GPU 1 power limit 700 -> 595 W"));
-    EXPECT_TRUE(contains(log.text(), "power: set CPU max frequency (policy1) 3000000 -> 1200000 kHz"));
+    EXPECT_TRUE(
+        contains(log.text(), "power: set CPU max frequency (policy1) 3000000 -> 1200000 kHz"));
     EXPECT_FALSE(contains(log.text(), "GPU 2 SM clock"));
 
     // Only changes are applied: the same plan again logs nothing.
@@ -228,7 +231,8 @@ TEST(Power, dry_run_logs_every_change_and_makes_none) {
   EXPECT_EQ(sys.max("policy0"), "3600000");
   pm.apply(plan({Phase::gpu_compute, Phase::gpu_compute}, Phase::data_loading));
   EXPECT_TRUE(contains(log.text(), "power: would set GPU 1 SM clock 660 -> 1980 MHz"));
-  EXPECT_TRUE(contains(log.text(), "power: would set CPU max frequency (policy1) 1200000 -> 3000000 kHz"));
+  EXPECT_TRUE(
+      contains(log.text(), "power: would set CPU max frequency (policy1) 1200000 -> 3000000 kHz"));
   EXPECT_TRUE(pm.restore().ok());
 }
 
@@ -275,6 +279,77 @@ TEST(Power, cpu_writes_that_fail_are_counted_and_restore_reports_them) {
   EXPECT_EQ(sys.max("policy1"), "1200000");
   EXPECT_TRUE(pm.restore().ok());  // policy0 was never changed; policy1 is put back
   EXPECT_EQ(sys.max("policy1"), "3000000");
+}
+
+// A settings journal in a fresh temporary directory (removed with it).
+class TempJournal : public test_support::TempTree {
+ public:
+  TempJournal() : TempTree("zernel-power-journal") {}
+  [[nodiscard]] std::string path() const { return TempTree::path("run/settings.journal").string(); }
+};
+
+TEST(Power, journals_the_originals_before_the_first_change_and_removes_them_after_restore) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(2);
+  FakeSys sys;
+  TempJournal tj;
+  auto nvml = load_nvml();
+  ASSERT_NE(nvml, nullptr);
+  auto journal = SettingsJournal::open(tj.path());
+  ASSERT_TRUE(journal.ok()) << journal.error().message();
+  PowerManager pm({false, true, true, sys.root()}, nvml.get(), *journal);
+  EXPECT_FALSE(fs::exists(tj.path()));  // nothing changed yet
+  pm.apply(plan({Phase::gpu_compute, Phase::gpu_compute}, Phase::data_loading));
+  EXPECT_FALSE(fs::exists(tj.path()));  // full everywhere: still nothing changed
+  pm.apply(plan({Phase::data_loading, Phase::gpu_compute}, Phase::gpu_compute));
+  EXPECT_EQ(nvml->clocks(0)->sm_application, 660U);
+  auto j = read_settings_journal(tj.path());
+  ASSERT_TRUE(j.ok() && j->has_value());
+  const SettingsOriginals& o = (*j)->originals;
+  ASSERT_EQ(o.gpus.size(), 2U);  // every managed GPU, the untouched one too
+  EXPECT_EQ(o.gpus[0].bus_id, nvml->devices()[0].bus_id);
+  EXPECT_EQ(o.gpus[0].clocks, (collect::ApplicationClocks{3201, 1980}));
+  EXPECT_EQ(o.gpus[0].power_limit_mw, 700'000U);
+  EXPECT_EQ(o.cpufreq,
+            (std::vector<CpufreqOriginal>{{"policy0", 3'600'000}, {"policy1", 3'000'000}}));
+  EXPECT_FALSE(o.delayacct.has_value());
+  ASSERT_TRUE(pm.restore().ok());
+  EXPECT_FALSE(fs::exists(tj.path()));
+  EXPECT_EQ(nvml->clocks(0)->sm_application, 1980U);
+}
+
+TEST(Power, a_dry_run_journals_nothing) {
+  FakeSys sys;
+  TempJournal tj;
+  auto journal = SettingsJournal::open(tj.path());
+  ASSERT_TRUE(journal.ok());
+  PowerManager pm({true, false, true, sys.root()}, nullptr, *journal);
+  pm.apply(plan({}, Phase::gpu_compute));
+  EXPECT_FALSE(fs::exists(tj.path()));
+  EXPECT_TRUE(pm.restore().ok());
+}
+
+TEST(Power, without_a_journal_it_changes_nothing_and_counts_the_error_fail) {
+  FakeSys sys;
+  TempJournal tj;
+  tj.write("run", "a file where the journal's directory should be");
+  auto journal = SettingsJournal::open(tj.path());
+  ASSERT_TRUE(journal.ok());
+  LogCapture log;
+  PowerManager pm({false, false, true, sys.root()}, nullptr, *journal);
+  pm.apply(plan({}, Phase::gpu_compute));
+  EXPECT_EQ(sys.max("policy0"), "3600000");
+  EXPECT_EQ(sys.max("policy1"), "3000000");
+  EXPECT_GE(pm.errors(), 1U);
+  EXPECT_TRUE(contains(log.text(), "power: no change until the originals are journaled"))
+      << log.text();
+  tj.remove("run");
+  pm.apply(plan({}, Phase::data_loading));  // back to full: nothing to do
+  pm.apply(plan({}, Phase::gpu_compute));   // the journal works again: the change is made
+  EXPECT_EQ(sys.max("policy0"), "1200000");
+  EXPECT_TRUE(fs::exists(tj.path()));
+  EXPECT_TRUE(pm.restore().ok());
+  EXPECT_FALSE(fs::exists(tj.path()));
 }
 
 TEST(Power, make_power_manager_is_null_when_disabled) {

@@ -1,0 +1,111 @@
+#include "common/journal_file.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace zernel {
+namespace {
+
+Result<void> write_all(int fd, const std::string& text, const std::string& path) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_error("writing " + path);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<void> write_file_atomically(const std::string& path, const std::string& text) {
+  const std::filesystem::path p(path);
+  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) {
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return Error(ec.value(), "creating " + dir + ": " + ec.message());
+    ::chmod(dir.c_str(), 0700);
+  }
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return errno_error("creating " + tmp);
+  auto r = write_all(fd, text, tmp);
+  if (r && ::fsync(fd) != 0) r = errno_error("syncing " + tmp);
+  ::close(fd);
+  if (!r) {
+    ::unlink(tmp.c_str());
+    return r;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return errno_error("renaming " + tmp + " to " + path, err);
+  }
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
+  return Ok{};
+}
+
+Result<std::optional<std::string>> read_whole_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return std::optional<std::string>{};
+    return errno_error("reading " + path, err);
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return errno_error("reading " + path);
+  return std::optional<std::string>(ss.str());
+}
+
+Result<void> remove_file(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return errno_error("removing " + path);
+  return Ok{};
+}
+
+std::string hex_encode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() * 2);
+  for (const char c : s) out += fmt::format("{:02x}", static_cast<unsigned char>(c));
+  return out;
+}
+
+std::optional<std::string> hex_decode(std::string_view s) {
+  if (s.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  out.reserve(s.size() / 2);
+  for (std::size_t i = 0; i < s.size(); i += 2) {
+    unsigned v = 0;
+    const auto [p, ec] = std::from_chars(s.data() + i, s.data() + i + 2, v, 16);
+    if (ec != std::errc() || p != s.data() + i + 2) return std::nullopt;
+    out.push_back(static_cast<char>(v));
+  }
+  return out;
+}
+
+std::vector<std::string_view> split_fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    const std::size_t j = std::min(line.find(' ', i), line.size());
+    out.push_back(line.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace zernel

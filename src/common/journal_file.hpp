@@ -1,0 +1,43 @@
+#pragma once
+// What the daemon's on-disk journals share (the userspace backend's, enforce/userspace/journal.hpp,
+// and the settings journal, enforce/settings_journal.hpp): writing a file so that a crash at any
+// point leaves either the old or the new text, reading one back, and the pieces of their line
+// format (space-separated fields, hex-encoded strings, numbers that must be whole fields).
+
+#include <charconv>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.hpp"
+
+namespace zernel {
+
+// Writes PATH.tmp, fsyncs it, renames it over PATH and fsyncs the directory; creates the directory
+// (mode 0700) when it is missing. The file is mode 0600. On failure PATH is untouched.
+Result<void> write_file_atomically(const std::string& path, const std::string& text);
+
+// The whole file; nullopt when it does not exist.
+Result<std::optional<std::string>> read_whole_file(const std::string& path);
+
+// Removes PATH; a missing file is not an error.
+Result<void> remove_file(const std::string& path);
+
+// Any bytes as lowercase hex, and back (nullopt for an odd length or a non-hex digit).
+std::string hex_encode(std::string_view s);
+std::optional<std::string> hex_decode(std::string_view s);
+
+// "a b  c" -> {"a", "b", "", "c"}: an empty field is kept, so that a stray space is an error.
+std::vector<std::string_view> split_fields(std::string_view line);
+
+// A decimal number that is the whole field (no sign for unsigned types, no spaces).
+template <typename T>
+std::optional<T> parse_number(std::string_view s) {
+  T v{};
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace zernel

@@ -1,0 +1,361 @@
+#include "enforce/settings_journal.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "collect/delayacct.hpp"
+#include "collect/procfs.hpp"
+#include "common/journal_file.hpp"
+
+namespace zernel::enforce {
+namespace {
+
+constexpr std::string_view kMagic = "zernel-settings-journal 1";
+
+// A cpufreq policy name is one directory name: nothing that leaves the cpufreq directory.
+bool valid_policy(std::string_view name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string_view::npos &&
+         name.find('\0') == std::string_view::npos;
+}
+
+std::string cpufreq_file(const std::string& sys_root, const std::string& policy) {
+  return sys_root + "/devices/system/cpu/cpufreq/" + policy + "/scaling_max_freq";
+}
+
+std::optional<std::uint32_t> read_khz(const std::string& path) {
+  std::ifstream in(path);
+  unsigned long long v = 0;
+  if (!(in >> v) || v > UINT32_MAX) return std::nullopt;
+  return static_cast<std::uint32_t>(v);
+}
+
+Result<void> write_khz(const std::string& path, std::uint32_t khz) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return errno_error("writing " + path);
+  const std::string text = std::to_string(khz) + "\n";
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    return n < 0 ? errno_error("writing " + path, err)
+                 : Error(EIO, "writing " + path + ": short write");
+  }
+  return Ok{};
+}
+
+std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
+
+// Puts one GPU's application clocks and power limit back. Clocks at the driver's defaults are
+// reset rather than pinned, as Nvml::restore does. The Nvml forgets the change afterwards: these
+// values are the originals, not something this daemon has to undo at its exit.
+Result<void> restore_gpu(collect::Nvml& nvml, std::uint32_t device, const GpuOriginal& g) {
+  auto clocks_before = nvml.clocks(device);
+  auto limits_before = nvml.power_limits(device);
+  auto defaults = nvml.default_application_clocks(device);
+  Result<void> clocks = defaults && *defaults == g.clocks
+                            ? nvml.reset_application_clocks(device)
+                            : nvml.set_application_clocks(device, g.clocks);
+  Result<void> limit = nvml.set_power_limit(device, g.power_limit_mw);
+  nvml.forget_changes(device);
+  if (!clocks) return clocks.error();
+  if (!limit) return limit.error();
+  spdlog::info(
+      "settings journal: restored GPU {} ({}) application clocks {} -> {} MHz (memory {} "
+      "MHz), power limit {} -> {} W",
+      device, g.bus_id, clocks_before ? std::to_string(clocks_before->sm_application) : "?",
+      g.clocks.sm_mhz, g.clocks.mem_mhz, limits_before ? watts(limits_before->current_mw) : "?",
+      watts(g.power_limit_mw));
+  return Ok{};
+}
+
+}  // namespace
+
+std::string settings_journal_path() {
+  if (const char* p = std::getenv(kSettingsJournalEnv); p != nullptr && *p != '\0') return p;
+  return kDefaultSettingsJournal;
+}
+
+void SettingsOriginals::merge(const SettingsOriginals& more) {
+  if (!delayacct) delayacct = more.delayacct;
+  for (const CpufreqOriginal& c : more.cpufreq) {
+    if (std::none_of(cpufreq.begin(), cpufreq.end(),
+                     [&](const CpufreqOriginal& x) { return x.policy == c.policy; })) {
+      cpufreq.push_back(c);
+    }
+  }
+  for (const GpuOriginal& g : more.gpus) {
+    if (std::none_of(gpus.begin(), gpus.end(),
+                     [&](const GpuOriginal& x) { return x.bus_id == g.bus_id; })) {
+      gpus.push_back(g);
+    }
+  }
+}
+
+void SettingsOriginals::remove(const SettingsOriginals& which) {
+  if (which.delayacct) delayacct.reset();
+  std::erase_if(cpufreq, [&](const CpufreqOriginal& c) {
+    return std::any_of(which.cpufreq.begin(), which.cpufreq.end(),
+                       [&](const CpufreqOriginal& x) { return x.policy == c.policy; });
+  });
+  std::erase_if(gpus, [&](const GpuOriginal& g) {
+    return std::any_of(which.gpus.begin(), which.gpus.end(),
+                       [&](const GpuOriginal& x) { return x.bus_id == g.bus_id; });
+  });
+}
+
+std::string format_settings_journal(const SettingsJournalFile& j) {
+  std::string out(kMagic);
+  out += fmt::format("\nowner {} {}\n", j.owner_pid, j.owner_start);
+  const SettingsOriginals& o = j.originals;
+  if (o.delayacct) out += fmt::format("delayacct {}\n", *o.delayacct ? 1 : 0);
+  for (const CpufreqOriginal& c : o.cpufreq) {
+    out += fmt::format("cpufreq {} {}\n", hex_encode(c.policy), c.khz);
+  }
+  for (const GpuOriginal& g : o.gpus) {
+    out += fmt::format("gpu {} {} {} {} {}\n", g.index, hex_encode(g.bus_id), g.clocks.mem_mhz,
+                       g.clocks.sm_mhz, g.power_limit_mw);
+  }
+  out += "end\n";
+  return out;
+}
+
+Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
+  SettingsJournalFile j;
+  SettingsOriginals& o = j.originals;
+  std::size_t pos = 0;
+  int line_no = 0;
+  bool ended = false;
+  bool have_owner = false;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    const auto bad = [&](std::string_view why) {
+      return Error(EINVAL, fmt::format("line {}: {}: \"{}\"", line_no, why, line.substr(0, 120)));
+    };
+    if (ended) return bad("text after \"end\"");
+    if (line_no == 1) {
+      if (line != kMagic) return bad("not a zernel settings journal (version 1)");
+      continue;
+    }
+    const auto f = split_fields(line);
+    if (f.empty() || f[0].empty()) return bad("empty line");
+    const std::string_view kind = f[0];
+    if (kind == "owner" && !have_owner) {
+      if (f.size() != 3) return bad("expected: owner PID START");
+      auto pid = parse_number<std::uint32_t>(f[1]);
+      auto start = parse_number<std::uint64_t>(f[2]);
+      if (!pid || *pid == 0 || !start) return bad("bad owner pid or start time");
+      j.owner_pid = *pid;
+      j.owner_start = *start;
+      have_owner = true;
+    } else if (!have_owner && kind != "end") {
+      return bad("expected the owner line first");
+    } else if (kind == "delayacct") {
+      if (f.size() != 2 || (f[1] != "0" && f[1] != "1")) return bad("expected: delayacct 0|1");
+      if (o.delayacct) return bad("a second delayacct record");
+      o.delayacct = f[1] == "1";
+    } else if (kind == "cpufreq") {
+      if (f.size() != 3) return bad("expected: cpufreq POLICY KHZ");
+      auto policy = hex_decode(f[1]);
+      auto khz = parse_number<std::uint32_t>(f[2]);
+      if (!policy || !valid_policy(*policy)) return bad("bad cpufreq policy name");
+      if (!khz || *khz == 0) return bad("bad frequency");
+      if (std::any_of(o.cpufreq.begin(), o.cpufreq.end(),
+                      [&](const CpufreqOriginal& c) { return c.policy == *policy; })) {
+        return bad("a second record of this policy");
+      }
+      o.cpufreq.push_back(CpufreqOriginal{std::move(*policy), *khz});
+    } else if (kind == "gpu") {
+      if (f.size() != 6) return bad("expected: gpu INDEX BUS_ID MEM_MHZ SM_MHZ POWER_MW");
+      auto index = parse_number<std::uint32_t>(f[1]);
+      auto bus = hex_decode(f[2]);
+      auto mem = parse_number<std::uint32_t>(f[3]);
+      auto sm = parse_number<std::uint32_t>(f[4]);
+      auto mw = parse_number<std::uint32_t>(f[5]);
+      if (!index) return bad("bad GPU index");
+      if (!bus || !collect::normalize_bus_id(*bus) || *collect::normalize_bus_id(*bus) != *bus) {
+        return bad("bad PCI bus id");
+      }
+      if (!mem || !sm || !mw || *mem == 0 || *sm == 0 || *mw == 0) {
+        return bad("bad clocks or power limit");
+      }
+      if (std::any_of(o.gpus.begin(), o.gpus.end(),
+                      [&](const GpuOriginal& g) { return g.bus_id == *bus; })) {
+        return bad("a second record of this GPU");
+      }
+      o.gpus.push_back(GpuOriginal{*index, std::move(*bus), {*mem, *sm}, *mw});
+    } else if (kind == "end" && f.size() == 1 && have_owner) {
+      ended = true;
+    } else {
+      return bad("unexpected record");
+    }
+  }
+  if (line_no == 0) return Error(EINVAL, "empty journal");
+  if (!ended) return Error(EINVAL, fmt::format("truncated after line {} (no \"end\")", line_no));
+  return j;
+}
+
+Result<void> write_settings_journal(const std::string& path, const SettingsJournalFile& j) {
+  return write_file_atomically(path, format_settings_journal(j));
+}
+
+Result<std::optional<SettingsJournalFile>> read_settings_journal(const std::string& path) {
+  auto text = read_whole_file(path);
+  if (!text) return text.error();
+  if (!text->has_value()) return std::optional<SettingsJournalFile>{};
+  auto j = parse_settings_journal(**text);
+  if (!j) return j.error().context(path);
+  return std::optional<SettingsJournalFile>(std::move(*j));
+}
+
+bool process_running(const std::string& proc_root, std::uint32_t pid, std::uint64_t start) {
+  auto st = collect::read_stat(proc_root, pid);
+  return st && st->starttime_ticks == start && !st->is_dead();
+}
+
+std::uint64_t own_start_time(const std::string& proc_root) {
+  auto st = collect::read_stat(proc_root, static_cast<std::uint32_t>(::getpid()));
+  return st ? st->starttime_ticks : 0;
+}
+
+Result<void> recover_settings(const std::string& journal_path, const std::string& proc_root,
+                              const std::string& sys_root, collect::Nvml* nvml) {
+  auto read = read_settings_journal(journal_path);
+  if (!read && read.error().code() == EINVAL) {
+    return Error(EINVAL,
+                 fmt::format("corrupt settings journal {} (the originals of kernel.task_delayacct, "
+                             "cpufreq and GPU settings a previous run changed); check those "
+                             "settings by hand, then remove the file",
+                             read.error().message()));
+  }
+  if (!read) return read.error().context("reading the settings journal");
+  if (!read->has_value()) return Ok{};
+  const SettingsJournalFile& j = **read;
+  if (process_running(proc_root, j.owner_pid, j.owner_start)) {
+    return Error(EBUSY, fmt::format("{} belongs to a running zernel-scheduler (pid {}); stop it "
+                                    "first (two daemons would take each other's changes of "
+                                    "machine-wide settings for the originals)",
+                                    journal_path, j.owner_pid));
+  }
+
+  std::size_t restored = 0;
+  SettingsOriginals kept;
+  const SettingsOriginals& o = j.originals;
+  if (o.delayacct) {
+    if (auto r = collect::write_task_delayacct(proc_root, *o.delayacct); r) {
+      spdlog::info("settings journal: restored kernel.task_delayacct to {}", *o.delayacct ? 1 : 0);
+      ++restored;
+    } else {
+      spdlog::warn("settings journal: kernel.task_delayacct not restored to {}: {}",
+                   *o.delayacct ? 1 : 0, r.error().message());
+    }
+  }
+  for (const CpufreqOriginal& c : o.cpufreq) {
+    const std::string file = cpufreq_file(sys_root, c.policy);
+    const auto before = read_khz(file);
+    if (auto r = write_khz(file, c.khz); r) {
+      spdlog::info("settings journal: restored CPU max frequency ({}) {} -> {} kHz", c.policy,
+                   before ? std::to_string(*before) : "?", c.khz);
+      ++restored;
+    } else {
+      spdlog::warn("settings journal: CPU max frequency ({}) not restored to {} kHz: {}", c.policy,
+                   c.khz, r.error().message());
+    }
+  }
+  if (!o.gpus.empty() && nvml == nullptr) {
+    spdlog::warn(
+        "settings journal: {} GPU setting(s) not restored: NVML is not available; kept "
+        "in {} for a later start",
+        o.gpus.size(), journal_path);
+    kept.gpus = o.gpus;
+  } else {
+    for (const GpuOriginal& g : o.gpus) {
+      const auto& devs = nvml->devices();
+      const auto dev = std::find_if(devs.begin(), devs.end(), [&](const collect::GpuDevice& d) {
+        return d.bus_id == g.bus_id;
+      });
+      if (dev == devs.end()) {
+        spdlog::warn("settings journal: GPU {} ({}) not restored: no GPU with that bus id", g.index,
+                     g.bus_id);
+        continue;
+      }
+      if (auto r = restore_gpu(*nvml, dev->index, g); r) {
+        ++restored;
+      } else {
+        spdlog::warn("settings journal: GPU {} ({}) not restored: {}", dev->index, g.bus_id,
+                     r.error().message());
+      }
+    }
+  }
+  spdlog::info("restored {} settings left by daemon {} (not stopped cleanly)", restored,
+               j.owner_pid);
+  if (kept.empty()) return remove_file(journal_path);
+  SettingsJournalFile rest = j;
+  rest.originals = std::move(kept);
+  return write_settings_journal(journal_path, rest);
+}
+
+Result<std::shared_ptr<SettingsJournal>> SettingsJournal::open(std::string path,
+                                                               std::string proc_root) {
+  auto read = read_settings_journal(path);
+  if (!read) return read.error().context("settings journal");
+  const std::uint64_t start = own_start_time(proc_root);
+  std::shared_ptr<SettingsJournal> j(new SettingsJournal(std::move(path), start));
+  if (read->has_value()) {
+    const SettingsJournalFile& left = **read;
+    const bool mine =
+        left.owner_pid == static_cast<std::uint32_t>(::getpid()) && left.owner_start == start;
+    if (!mine && process_running(proc_root, left.owner_pid, left.owner_start)) {
+      return Error(EBUSY, fmt::format("{} belongs to a running zernel-scheduler (pid {})", j->path_,
+                                      left.owner_pid));
+    }
+    j->originals_ = left.originals;
+  }
+  return j;
+}
+
+Result<void> SettingsJournal::record(const SettingsOriginals& originals) {
+  SettingsOriginals next = originals_;
+  next.merge(originals);
+  if (next == originals_) return Ok{};
+  std::swap(originals_, next);
+  if (auto r = write(); !r) {
+    std::swap(originals_, next);
+    return r;
+  }
+  return Ok{};
+}
+
+Result<void> SettingsJournal::forget(const SettingsOriginals& settings) {
+  SettingsOriginals next = originals_;
+  next.remove(settings);
+  if (next == originals_) return Ok{};
+  std::swap(originals_, next);
+  if (auto r = write(); !r) {
+    std::swap(originals_, next);
+    return r;
+  }
+  return Ok{};
+}
+
+Result<void> SettingsJournal::write() {
+  if (originals_.empty()) return remove_file(path_);
+  SettingsJournalFile f;
+  f.owner_pid = static_cast<std::uint32_t>(::getpid());
+  f.owner_start = own_start_;
+  f.originals = originals_;
+  return write_settings_journal(path_, f);
+}
+
+}  // namespace zernel::enforce
