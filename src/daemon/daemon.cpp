@@ -116,28 +116,36 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   // The machine-wide settings last: a second daemon stops at its port or socket above (saying
   // so) before it touches any. First what a daemon that did not stop cleanly left changed, then
   // this daemon's originals (enforce/settings_journal.hpp).
+  // An unprivileged daemon (observe mode) may not read root's /run/zernel; it cannot change a
+  // machine-wide setting either, so it runs without the journal instead of refusing to start.
   const std::string journal_path = enforce::settings_journal_path();
-  if (auto r = enforce::recover_settings(journal_path, d->opts_.proc_root, d->opts_.sys_root,
-                                         d->nvml_.get());
-      !r) {
-    return r.error();
+  std::shared_ptr<enforce::SettingsJournal> journal;
+  auto recovered = enforce::recover_settings(journal_path, d->opts_.proc_root, d->opts_.sys_root,
+                                             d->nvml_.get());
+  if (!recovered && recovered.error().code() != EACCES) return recovered.error();
+  if (recovered) {
+    auto opened = enforce::SettingsJournal::open(journal_path, d->opts_.proc_root);
+    if (!opened) return opened.error();
+    journal = std::move(*opened);
+  } else {
+    spdlog::warn("{}: no crash recovery of machine-wide settings for this user",
+                 recovered.error().message());
   }
-  auto journal = enforce::SettingsJournal::open(journal_path, d->opts_.proc_root);
-  if (!journal) return journal.error();
-  d->power_ =
-      enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root, *journal);
+  d->power_ = enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root, journal);
 
   collect::DelayAcctJournal acct_journal;
-  acct_journal.record = [j = *journal](bool original) {
-    enforce::SettingsOriginals o;
-    o.delayacct = original;
-    return j->record(o);
-  };
-  acct_journal.forget = [j = *journal] {
-    enforce::SettingsOriginals o;
-    o.delayacct = false;  // names the setting; the value does not matter
-    return j->forget(o);
-  };
+  if (journal) {
+    acct_journal.record = [journal](bool original) {
+      enforce::SettingsOriginals o;
+      o.delayacct = original;
+      return journal->record(o);
+    };
+    acct_journal.forget = [journal] {
+      enforce::SettingsOriginals o;
+      o.delayacct = false;  // names the setting; the value does not matter
+      return journal->forget(o);
+    };
+  }
   auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root, std::move(acct_journal));
   collect::SignalsOptions sig;
   sig.proc_root = d->opts_.proc_root;

@@ -97,6 +97,34 @@ for r in rows:
 assert any(r["phase"] == "GpuCompute" for r in rows), rows
 PY
 
+# An unprivileged daemon in observe mode starts when root's settings journal directory is closed
+# to it (as /run/zernel is, mode 0700): it can change no machine-wide setting, so it runs without
+# the journal and says so.
+if [[ $(id -u) -eq 0 ]] && command -v setpriv > /dev/null; then
+  mkdir -m 0700 "$tmp/run"
+  echo "zernel-settings-journal 1" > "$tmp/run/settings.journal"
+  chmod 0755 "$tmp"
+  install -d -o 65534 "$tmp/nobody"
+  ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal" setpriv --reuid=65534 --regid=65534 \
+    --clear-groups "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe \
+    --control-socket "$tmp/nobody/ctl.sock" > "$tmp/nobody.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
+    sleep 0.1
+  done
+  check "unprivileged: the daemon runs although root's journal directory is closed to it" \
+    "curl -sf http://127.0.0.1:$port/metrics > /dev/null"
+  check "unprivileged: it says crash recovery is off for this user" \
+    "grep -q 'no crash recovery of machine-wide settings for this user' $tmp/nobody.log"
+  kill -TERM "$daemon_pid"
+  wait "$daemon_pid"
+  rc=$?
+  daemon_pid=""
+  check "unprivileged: SIGTERM exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+  [[ $failures -ne 0 ]] && { echo "--- unprivileged daemon log"; cat "$tmp/nobody.log"; }
+fi
+
 if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"
 fi
