@@ -19,12 +19,12 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "collect/nvml_abi.h"
+#include "support/emulated_gpu.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
@@ -32,6 +32,8 @@
 
 namespace zernel::collect {
 namespace {
+
+using test_support::EmulatedGpu;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, the emulated GPU's clock
@@ -50,34 +52,6 @@ constexpr std::uint64_t kMs = 1'000'000;
   } while (0)
 
 std::string fake_lib(const char* name) { return std::string(ZERNEL_FAKE_LIB_DIR) + "/" + name; }
-
-// A private emulated GPU for one test.
-class EmulatedGpu {
- public:
-  explicit EmulatedGpu(int devices = 2) {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    name_ = "/zernel-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-            std::to_string(rd());
-    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
-    setenv("ZERNEL_FAKE_GPU_COUNT", std::to_string(devices).c_str(), 1);
-    // Setters need root, as on a real driver; the tests that are not about permissions may set.
-    setenv("ZERNEL_FAKE_GPU_UNRESTRICTED", "1", 1);
-  }
-  ~EmulatedGpu() {
-    shm_unlink(name_.c_str());
-    unsetenv("ZERNEL_FAKE_GPU_SHM");
-    unsetenv("ZERNEL_FAKE_GPU_COUNT");
-    unsetenv("ZERNEL_FAKE_GPU_UNRESTRICTED");
-  }
-  EmulatedGpu(const EmulatedGpu&) = delete;
-  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
-
-  [[nodiscard]] const std::string& name() const { return name_; }
-
- private:
-  std::string name_;
-};
 
 std::unique_ptr<Nvml> load_fake_nvml() {
   auto nvml = Nvml::load(fake_lib("libnvidia-ml.so.1"));

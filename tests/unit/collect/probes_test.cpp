@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,21 +19,19 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "support/emulated_gpu.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
@@ -42,6 +39,8 @@
 
 namespace zernel::collect {
 namespace {
+
+using test_support::EmulatedGpu;
 
 using namespace std::chrono_literals;
 constexpr std::uint64_t kMs = 1'000'000;
@@ -73,27 +72,6 @@ void burn_cpu(std::uint64_t ns) {
 long futex(std::uint32_t* uaddr, int op, std::uint32_t val, const timespec* timeout = nullptr) {
   return syscall(SYS_futex, uaddr, op, val, timeout, nullptr, FUTEX_BITSET_MATCH_ANY);
 }
-
-// A private emulated GPU segment (ZERNEL_FAKE_GPU_SHM) for one test, removed at the end.
-class EmulatedGpu {
- public:
-  EmulatedGpu() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    name_ = "/zernel-probes-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) +
-            "-" + std::to_string(rd());
-    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
-  }
-  ~EmulatedGpu() {
-    shm_unlink(name_.c_str());
-    unsetenv("ZERNEL_FAKE_GPU_SHM");
-  }
-  EmulatedGpu(const EmulatedGpu&) = delete;
-  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
-
- private:
-  std::string name_;
-};
 
 // A forked child that runs `body` with a command pipe and a reply pipe: one byte each way. The
 // child never returns into the test framework; the destructor kills and reaps it.

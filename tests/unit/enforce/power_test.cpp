@@ -4,19 +4,16 @@
 #include "enforce/power.hpp"
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <sstream>
 #include <string>
 
+#include "support/emulated_gpu.hpp"
+#include "support/log_capture.hpp"
 #include "support/temp_tree.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
@@ -26,92 +23,38 @@
 namespace zernel::enforce {
 namespace {
 
+using test_support::contains;
+using test_support::EmulatedGpu;
+using test_support::LogCapture;
+
 namespace fs = std::filesystem;
 using policy::Phase;
 using policy::PowerPlan;
 
-class EmulatedGpu {
- public:
-  explicit EmulatedGpu(int devices) {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    name_ = "/zernel-power-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) +
-            "-" + std::to_string(rd());
-    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
-    setenv("ZERNEL_FAKE_GPU_COUNT", std::to_string(devices).c_str(), 1);
-    setenv("ZERNEL_FAKE_GPU_UNRESTRICTED", "1", 1);
-  }
-  ~EmulatedGpu() {
-    shm_unlink(name_.c_str());
-    unsetenv("ZERNEL_FAKE_GPU_SHM");
-    unsetenv("ZERNEL_FAKE_GPU_COUNT");
-    unsetenv("ZERNEL_FAKE_GPU_UNRESTRICTED");
-  }
-  EmulatedGpu(const EmulatedGpu&) = delete;
-  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
-
- private:
-  std::string name_;
-};
-
 // SYS/devices/system/cpu/cpufreq/policy{0,1}: 1.2 .. 3.6 GHz, policy1 capped at 3 GHz by the admin.
-class FakeSys {
+class FakeSys : public test_support::TempTree {
  public:
-  FakeSys() {
-    root_ = fs::temp_directory_path() /
-            ("zernel-power-sys-" + std::to_string(getpid()) + "-" + std::to_string(counter_++));
+  FakeSys() : TempTree("zernel-power-sys") {
     make("policy0", 3'600'000);
     make("policy1", 3'000'000);
-    fs::create_directories(root_ / "devices/system/cpu/cpufreq/other");  // not a policy
+    fs::create_directories(dir() / "devices/system/cpu/cpufreq/other");  // not a policy
   }
-  ~FakeSys() { fs::remove_all(root_); }
-  FakeSys(const FakeSys&) = delete;
-  FakeSys& operator=(const FakeSys&) = delete;
 
-  [[nodiscard]] std::string root() const { return root_.string(); }
   [[nodiscard]] std::string max(const std::string& policy) const {
-    std::ifstream in(root_ / "devices/system/cpu/cpufreq" / policy / "scaling_max_freq");
+    std::ifstream in(dir() / "devices/system/cpu/cpufreq" / policy / "scaling_max_freq");
     std::string v;
     in >> v;
     return v;
   }
 
  private:
-  void make(const std::string& name, int scaling_max) {
-    const fs::path d = root_ / "devices/system/cpu/cpufreq" / name;
-    fs::create_directories(d);
-    std::ofstream(d / "cpuinfo_min_freq") << 1'200'000 << "\n";
-    std::ofstream(d / "cpuinfo_max_freq") << 3'600'000 << "\n";
-    std::ofstream(d / "scaling_max_freq") << scaling_max << "\n";
+  void make(const std::string& name, int scaling_max) const {
+    const std::string d = "devices/system/cpu/cpufreq/" + name + "/";
+    write(d + "cpuinfo_min_freq", "1200000\n");
+    write(d + "cpuinfo_max_freq", "3600000\n");
+    write(d + "scaling_max_freq", std::to_string(scaling_max) + "\n");
   }
-  static inline std::atomic<int> counter_{0};
-  fs::path root_;
 };
-
-// Captures the log lines spdlog writes while it lives.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    sink_->set_pattern("%v");
-    previous_ = spdlog::default_logger();
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_level(spdlog::level::info);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  [[nodiscard]] std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 #define REQUIRE_FAKE_GPU()                                                           \
   do {                                                                               \

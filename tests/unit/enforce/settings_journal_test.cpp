@@ -4,20 +4,17 @@
 #include "enforce/settings_journal.hpp"
 
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <sstream>
 #include <string>
 
 #include "common/journal_file.hpp"
+#include "support/emulated_gpu.hpp"
+#include "support/log_capture.hpp"
 #include "support/temp_tree.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
@@ -26,6 +23,10 @@
 
 namespace zernel::enforce {
 namespace {
+
+using test_support::contains;
+using test_support::EmulatedGpu;
+using test_support::LogCapture;
 
 namespace fs = std::filesystem;
 
@@ -68,30 +69,6 @@ class FakeMachine : public test_support::TempTree {
     return v;
   }
 };
-
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(out_)) {
-    sink_->set_pattern("%l %v");
-    previous_ = spdlog::default_logger();
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_level(spdlog::level::info);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  LogCapture(const LogCapture&) = delete;
-  LogCapture& operator=(const LogCapture&) = delete;
-  [[nodiscard]] std::string text() const { return out_.str(); }
-
- private:
-  std::ostringstream out_;
-  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
-
-bool contains(const std::string& text, const std::string& needle) {
-  return text.find(needle) != std::string::npos;
-}
 
 SettingsJournalFile sample(std::uint32_t pid = 4242, std::uint64_t start = 1000) {
   SettingsJournalFile j;
@@ -190,7 +167,7 @@ TEST(SettingsJournal, recovery_of_a_dead_owner_restores_every_setting_and_remove
   SettingsJournalFile j = sample();
   j.originals.gpus.clear();
   ASSERT_TRUE(write_settings_journal(m.journal(), j).ok());  // pid 4242: not in the fake /proc
-  LogCapture log;
+  LogCapture log("%l %v");
   auto r = recover_settings(m.journal(), m.proc(), m.sys(), nullptr);
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_EQ(m.delayacct(), "0");
@@ -261,7 +238,7 @@ TEST(SettingsJournal, without_nvml_the_gpu_entries_are_kept_for_a_later_start) {
   FakeMachine m;
   m.set_delayacct("1");
   ASSERT_TRUE(write_settings_journal(m.journal(), sample()).ok());
-  LogCapture log;
+  LogCapture log("%l %v");
   ASSERT_TRUE(recover_settings(m.journal(), m.proc(), m.sys(), nullptr).ok());
   EXPECT_EQ(m.delayacct(), "0");
   EXPECT_TRUE(contains(log.text(),
@@ -302,7 +279,7 @@ TEST(SettingsJournal, a_setting_that_cannot_be_restored_is_a_warning_and_the_res
   j.originals.cpufreq.push_back({"policy9", 2'000'000});  // gone since
   ASSERT_TRUE(write_settings_journal(m.journal(), j).ok());
   m.set_max("policy0", "1200000");
-  LogCapture log;
+  LogCapture log("%l %v");
   ASSERT_TRUE(recover_settings(m.journal(), m.proc(), m.sys(), nullptr).ok());
   EXPECT_TRUE(contains(log.text(), "CPU max frequency (policy9) not restored to 2000000 kHz"))
       << log.text();
@@ -352,30 +329,6 @@ TEST(SettingsJournal, an_unwritable_journal_is_an_error_and_records_nothing_fail
 
 // ---- GPUs, on the emulated GPU (tools/fake_gpu)
 
-class EmulatedGpu {
- public:
-  explicit EmulatedGpu(int devices) {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    name_ = "/zernel-settings-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) +
-            "-" + std::to_string(rd());
-    setenv("ZERNEL_FAKE_GPU_SHM", name_.c_str(), 1);
-    setenv("ZERNEL_FAKE_GPU_COUNT", std::to_string(devices).c_str(), 1);
-    setenv("ZERNEL_FAKE_GPU_UNRESTRICTED", "1", 1);
-  }
-  ~EmulatedGpu() {
-    shm_unlink(name_.c_str());
-    unsetenv("ZERNEL_FAKE_GPU_SHM");
-    unsetenv("ZERNEL_FAKE_GPU_COUNT");
-    unsetenv("ZERNEL_FAKE_GPU_UNRESTRICTED");
-  }
-  EmulatedGpu(const EmulatedGpu&) = delete;
-  EmulatedGpu& operator=(const EmulatedGpu&) = delete;
-
- private:
-  std::string name_;
-};
-
 std::string fake_nvml() { return std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1"; }
 
 TEST(SettingsJournal, recovery_restores_the_gpus_by_bus_id_and_leaves_nothing_to_undo) {
@@ -410,7 +363,7 @@ TEST(SettingsJournal, recovery_restores_the_gpus_by_bus_id_and_leaves_nothing_to
                       {0, n.devices()[0].bus_id, {3201, 1980}, 700'000},
                       {2, "0000:99:00.0", {3201, 1980}, 700'000}};  // not in this machine
   ASSERT_TRUE(write_settings_journal(m.journal(), j).ok());
-  LogCapture log;
+  LogCapture log("%l %v");
   ASSERT_TRUE(recover_settings(m.journal(), m.proc(), m.sys(), &n).ok());
   EXPECT_EQ(n.clocks(0)->sm_application, 1980U);
   EXPECT_EQ(n.power_limits(0)->current_mw, 700'000U);
