@@ -108,4 +108,37 @@ std::vector<std::string_view> split_fields(std::string_view line) {
   return out;
 }
 
+Result<void> parse_journal_text(std::string_view text, std::string_view magic,
+                                std::string_view bad_magic, const JournalRecordParser& record,
+                                const std::function<bool()>& end_ok) {
+  std::size_t pos = 0;
+  int line_no = 0;
+  bool ended = false;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    const auto bad = [&](std::string_view why) {
+      return Error(EINVAL, fmt::format("line {}: {}: \"{}\"", line_no, why, line.substr(0, 120)));
+    };
+    if (ended) return bad("text after \"end\"");
+    if (line_no == 1) {
+      if (line != magic) return bad(bad_magic);
+      continue;
+    }
+    const auto f = split_fields(line);
+    if (f.empty() || f[0].empty()) return bad("empty line");
+    if (f.size() == 1 && f[0] == "end" && end_ok()) {
+      ended = true;
+      continue;
+    }
+    if (auto why = record(f)) return bad(*why);
+  }
+  if (line_no == 0) return Error(EINVAL, "empty journal");
+  if (!ended) return Error(EINVAL, fmt::format("truncated after line {} (no \"end\")", line_no));
+  return Ok{};
+}
+
 }  // namespace zernel

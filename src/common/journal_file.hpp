@@ -5,6 +5,7 @@
 // format (space-separated fields, hex-encoded strings, numbers that must be whole fields).
 
 #include <charconv>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,18 @@ std::optional<std::string> hex_decode(std::string_view s);
 
 // "a b  c" -> {"a", "b", "", "c"}: an empty field is kept, so that a stray space is an error.
 std::vector<std::string_view> split_fields(std::string_view line);
+
+// The frame of both journals' text: line 1 is exactly `magic`, the last line "end". Every line
+// between is split into fields (never empty) and given to `record`, which returns nullopt when it
+// takes the line, else why not. A line "end" closes the journal when `end_ok()` says it may come
+// now; otherwise it goes to `record` like any other. Errors (EINVAL) name the line:
+// "line N: WHY: \"TEXT\"" (WHY is `bad_magic` for a wrong first line), and "empty journal",
+// "truncated after line N (no \"end\")".
+using JournalRecordParser =
+    std::function<std::optional<std::string>(const std::vector<std::string_view>& fields)>;
+Result<void> parse_journal_text(std::string_view text, std::string_view magic,
+                                std::string_view bad_magic, const JournalRecordParser& record,
+                                const std::function<bool()>& end_ok);
 
 // A decimal number that is the whole field (no sign for unsigned types, no spaces).
 template <typename T>

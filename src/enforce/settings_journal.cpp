@@ -130,79 +130,61 @@ std::string format_settings_journal(const SettingsJournalFile& j) {
 Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
   SettingsJournalFile j;
   SettingsOriginals& o = j.originals;
-  std::size_t pos = 0;
-  int line_no = 0;
-  bool ended = false;
   bool have_owner = false;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    const auto bad = [&](std::string_view why) {
-      return Error(EINVAL, fmt::format("line {}: {}: \"{}\"", line_no, why, line.substr(0, 120)));
-    };
-    if (ended) return bad("text after \"end\"");
-    if (line_no == 1) {
-      if (line != kMagic) return bad("not a zernel settings journal (version 1)");
-      continue;
-    }
-    const auto f = split_fields(line);
-    if (f.empty() || f[0].empty()) return bad("empty line");
+  const auto record = [&](const std::vector<std::string_view>& f) -> std::optional<std::string> {
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
-      if (f.size() != 3) return bad("expected: owner PID START");
+      if (f.size() != 3) return "expected: owner PID START";
       auto pid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
-      if (!pid || *pid == 0 || !start) return bad("bad owner pid or start time");
+      if (!pid || *pid == 0 || !start) return "bad owner pid or start time";
       j.owner_pid = *pid;
       j.owner_start = *start;
       have_owner = true;
     } else if (!have_owner && kind != "end") {
-      return bad("expected the owner line first");
+      return "expected the owner line first";
     } else if (kind == "delayacct") {
-      if (f.size() != 2 || (f[1] != "0" && f[1] != "1")) return bad("expected: delayacct 0|1");
-      if (o.delayacct) return bad("a second delayacct record");
+      if (f.size() != 2 || (f[1] != "0" && f[1] != "1")) return "expected: delayacct 0|1";
+      if (o.delayacct) return "a second delayacct record";
       o.delayacct = f[1] == "1";
     } else if (kind == "cpufreq") {
-      if (f.size() != 3) return bad("expected: cpufreq POLICY KHZ");
+      if (f.size() != 3) return "expected: cpufreq POLICY KHZ";
       auto policy = hex_decode(f[1]);
       auto khz = parse_number<std::uint32_t>(f[2]);
-      if (!policy || !valid_policy(*policy)) return bad("bad cpufreq policy name");
-      if (!khz || *khz == 0) return bad("bad frequency");
+      if (!policy || !valid_policy(*policy)) return "bad cpufreq policy name";
+      if (!khz || *khz == 0) return "bad frequency";
       if (std::any_of(o.cpufreq.begin(), o.cpufreq.end(),
                       [&](const CpufreqOriginal& c) { return c.policy == *policy; })) {
-        return bad("a second record of this policy");
+        return "a second record of this policy";
       }
       o.cpufreq.push_back(CpufreqOriginal{std::move(*policy), *khz});
     } else if (kind == "gpu") {
-      if (f.size() != 6) return bad("expected: gpu INDEX BUS_ID MEM_MHZ SM_MHZ POWER_MW");
+      if (f.size() != 6) return "expected: gpu INDEX BUS_ID MEM_MHZ SM_MHZ POWER_MW";
       auto index = parse_number<std::uint32_t>(f[1]);
       auto bus = hex_decode(f[2]);
       auto mem = parse_number<std::uint32_t>(f[3]);
       auto sm = parse_number<std::uint32_t>(f[4]);
       auto mw = parse_number<std::uint32_t>(f[5]);
-      if (!index) return bad("bad GPU index");
+      if (!index) return "bad GPU index";
       if (!bus || !collect::normalize_bus_id(*bus) || *collect::normalize_bus_id(*bus) != *bus) {
-        return bad("bad PCI bus id");
+        return "bad PCI bus id";
       }
       if (!mem || !sm || !mw || *mem == 0 || *sm == 0 || *mw == 0) {
-        return bad("bad clocks or power limit");
+        return "bad clocks or power limit";
       }
       if (std::any_of(o.gpus.begin(), o.gpus.end(),
                       [&](const GpuOriginal& g) { return g.bus_id == *bus; })) {
-        return bad("a second record of this GPU");
+        return "a second record of this GPU";
       }
       o.gpus.push_back(GpuOriginal{*index, std::move(*bus), {*mem, *sm}, *mw});
-    } else if (kind == "end" && f.size() == 1 && have_owner) {
-      ended = true;
     } else {
-      return bad("unexpected record");
+      return "unexpected record";
     }
-  }
-  if (line_no == 0) return Error(EINVAL, "empty journal");
-  if (!ended) return Error(EINVAL, fmt::format("truncated after line {} (no \"end\")", line_no));
+    return std::nullopt;
+  };
+  auto parsed = parse_journal_text(text, kMagic, "not a zernel settings journal (version 1)",
+                                   record, [&] { return have_owner; });
+  if (!parsed) return parsed.error();
   return j;
 }
 
@@ -328,22 +310,20 @@ Result<std::shared_ptr<SettingsJournal>> SettingsJournal::open(std::string path,
 Result<void> SettingsJournal::record(const SettingsOriginals& originals) {
   SettingsOriginals next = originals_;
   next.merge(originals);
-  if (next == originals_) return Ok{};
-  std::swap(originals_, next);
-  if (auto r = write(); !r) {
-    std::swap(originals_, next);
-    return r;
-  }
-  return Ok{};
+  return replace(std::move(next));
 }
 
 Result<void> SettingsJournal::forget(const SettingsOriginals& settings) {
   SettingsOriginals next = originals_;
   next.remove(settings);
+  return replace(std::move(next));
+}
+
+Result<void> SettingsJournal::replace(SettingsOriginals next) {
   if (next == originals_) return Ok{};
   std::swap(originals_, next);
   if (auto r = write(); !r) {
-    std::swap(originals_, next);
+    std::swap(originals_, next);  // the file keeps the old set: so does this object
     return r;
   }
   return Ok{};

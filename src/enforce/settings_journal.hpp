@@ -132,6 +132,8 @@ class SettingsJournal {
  private:
   SettingsJournal(std::string path, std::uint64_t own_start)
       : path_(std::move(path)), own_start_(own_start) {}
+  // Makes `next` the journal's set and writes the file; on a failed write nothing changes.
+  Result<void> replace(SettingsOriginals next);
   Result<void> write();
 
   std::string path_;

@@ -49,47 +49,29 @@ std::string format_journal(const Journal& j) {
 
 Result<Journal> parse_journal(std::string_view text) {
   Journal j;
-  std::size_t pos = 0;
-  int line_no = 0;
-  bool ended = false;
   bool have_owner = false;
   bool have_cgroup = false;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
-    const auto bad = [&](std::string_view why) {
-      return Error(EINVAL, fmt::format("line {}: {}: \"{}\"", line_no, why, line.substr(0, 120)));
-    };
-    if (ended) return bad("text after \"end\"");
-    if (line_no == 1) {
-      if (line != kMagic) return bad("not a zernel userspace journal (version 1)");
-      continue;
-    }
-    const auto f = split_fields(line);
-    if (f.empty() || f[0].empty()) return bad("empty line");
+  const auto record = [&](const std::vector<std::string_view>& f) -> std::optional<std::string> {
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
-      if (f.size() != 3) return bad("expected: owner PID START");
+      if (f.size() != 3) return "expected: owner PID START";
       auto pid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
-      if (!pid || !start) return bad("bad owner pid or start time");
+      if (!pid || !start) return "bad owner pid or start time";
       j.owner_pid = *pid;
       j.owner_start = *start;
       have_owner = true;
     } else if (kind == "cgroup" && have_owner && !have_cgroup) {
       have_cgroup = true;
-      if (f.size() == 2 && f[1] == "-") continue;
+      if (f.size() == 2 && f[1] == "-") return std::nullopt;
       if (f.size() != 5 || (f[1] != "v1" && f[1] != "v2")) {
-        return bad("expected: cgroup v1|v2 ROOT MOUNT NAME");
+        return "expected: cgroup v1|v2 ROOT MOUNT NAME";
       }
       auto root = hex_decode(f[2]);
       auto mount = hex_decode(f[3]);
       auto name = hex_decode(f[4]);
       if (!root || !mount || !name || name->empty() || name->find('/') != std::string::npos) {
-        return bad("bad cgroup fields");
+        return "bad cgroup fields";
       }
       JournalCgroup c;
       c.layout.version = f[1] == "v2" ? CgroupVersion::v2 : CgroupVersion::v1;
@@ -98,45 +80,45 @@ Result<Journal> parse_journal(std::string_view text) {
       c.name = *name;
       j.cgroup = std::move(c);
     } else if (kind == "process" && have_cgroup) {
-      if (f.size() != 4) return bad("expected: process PID START CGROUP");
+      if (f.size() != 4) return "expected: process PID START CGROUP";
       ProcessOriginal p;
       auto pid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
-      if (!pid || *pid == 0 || !start) return bad("bad process pid or start time");
+      if (!pid || *pid == 0 || !start) return "bad process pid or start time";
       p.pid = *pid;
       p.start = *start;
       if (f[3] != "-") {
         auto cg = hex_decode(f[3]);
-        if (!cg || cg->empty() || cg->front() != '/') return bad("bad cgroup path");
+        if (!cg || cg->empty() || cg->front() != '/') return "bad cgroup path";
         p.cgroup = std::move(*cg);
       }
       j.processes.push_back(std::move(p));
     } else if (kind == "thread" && !j.processes.empty()) {
-      if (f.size() != 5) return bad("expected: thread TID START NICE CPULIST");
+      if (f.size() != 5) return "expected: thread TID START NICE CPULIST";
       ThreadOriginal t;
       auto tid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
       auto nice = parse_number<std::int32_t>(f[3]);
       if (!tid || *tid == 0 || !start || !nice || *nice < -20 || *nice > 19) {
-        return bad("bad thread id, start time or nice");
+        return "bad thread id, start time or nice";
       }
       t.tid = *tid;
       t.start = *start;
       t.nice = *nice;
       if (f[4] != "-") {
         auto cpus = collect::parse_cpu_list(std::string(f[4]));
-        if (!cpus || cpus->empty()) return bad("bad CPU list");
+        if (!cpus || cpus->empty()) return "bad CPU list";
         t.cpus = std::move(*cpus);
       }
       j.processes.back().threads.push_back(std::move(t));
-    } else if (kind == "end" && f.size() == 1 && have_cgroup) {
-      ended = true;
     } else {
-      return bad("unexpected record");
+      return "unexpected record";
     }
-  }
-  if (line_no == 0) return Error(EINVAL, "empty journal");
-  if (!ended) return Error(EINVAL, fmt::format("truncated after line {} (no \"end\")", line_no));
+    return std::nullopt;
+  };
+  auto parsed = parse_journal_text(text, kMagic, "not a zernel userspace journal (version 1)",
+                                   record, [&] { return have_cgroup; });
+  if (!parsed) return parsed.error();
   return j;
 }
 
