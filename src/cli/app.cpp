@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "cli/demo.hpp"
 #include "cli/info_cmd.hpp"
+#include "cli/restore_cmd.hpp"
 #include "collect/topology_reader.hpp"
 #include "common/log.hpp"
 #include "common/version.hpp"
@@ -168,6 +169,8 @@ int run(int argc, char** argv) {
   add_status_command(app, status_cmd);
   TopCmd top_cmd;
   add_top_command(app, top_cmd);
+  RestoreCmd restore_cmd;
+  add_restore_command(app, restore_cmd);
   app.require_subcommand(0, 1);
 
   try {
@@ -189,6 +192,7 @@ int run(int argc, char** argv) {
   if (tenant_cmd.cmd->parsed()) return run_tenant_command(tenant_cmd);
   if (status_cmd.cmd->parsed()) return run_status_command(status_cmd);
   if (top_cmd.cmd->parsed()) return run_top_command(top_cmd);
+  if (restore_cmd.cmd->parsed()) return run_restore_command(restore_cmd);
 
   auto loaded = config::load_config(args.config_path);
   if (!loaded) {

@@ -160,6 +160,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
     return;
   }
   out.state = st->state;
+  out.starttime = st->starttime_ticks;
 
   auto [it, inserted] = state_.try_emplace(pid);
   PidState& s = it->second;

@@ -73,6 +73,7 @@ struct ProcessSignals {
   std::uint32_t pid = 0;
   bool gone = false;       // exited (or became a zombie); its state was dropped
   bool restarted = false;  // the pid belongs to a new process since the last sample
+  std::uint64_t starttime = 0;  // /proc/PID/stat field 22 of this sample (0: not read)
   std::optional<float> io_wait_fraction;
   std::optional<std::uint64_t> cpu_time_ns;
   std::optional<bool> nccl_active;

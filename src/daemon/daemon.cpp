@@ -19,6 +19,7 @@
 #include "common/log.hpp"
 #include "daemon/signals.hpp"
 #include "daemon/ticker.hpp"
+#include "enforce/userspace/restore.hpp"
 #include "telemetry/snapshot.hpp"
 #include "telemetry/status_json.hpp"
 
@@ -36,6 +37,29 @@ policy::Topology read_topology_or_single(const DaemonOptions& opts) {
   spdlog::info("topology: {} NUMA node(s), {} CPUs, {} NVIDIA GPU(s) in sysfs",
                info->topology.nodes().size(), info->topology.total_cpus(), info->gpus.size());
   return std::move(info->topology);
+}
+
+void replay_userspace_journal(const std::string& proc_root) {
+  const std::string path = enforce::userspace::userspace_journal_path();
+  auto rep = enforce::userspace::replay_journal(path, proc_root);
+  if (!rep) {
+    if (rep.error().code() == EBUSY) {
+      spdlog::info("userspace journal: {}", rep.error().message());
+    } else {
+      spdlog::warn("userspace journal: {}: not restored", rep.error().message());
+    }
+    return;
+  }
+  if (rep->corrupt) {
+    spdlog::error("userspace journal: cannot use {} ({}); moved it to {}; values it listed are NOT "
+                  "restored",
+                  path, rep->corrupt_error, rep->moved_to);
+    return;
+  }
+  if (!rep->found) return;
+  for (const std::string& line : rep->lines) spdlog::info("userspace journal: {}", line);
+  spdlog::warn("userspace journal: zernel-scheduler pid {} did not stop cleanly; {}",
+               rep->owner_pid, rep->summary());
 }
 
 }  // namespace
@@ -56,6 +80,13 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   for (const config::TenantConfig& t : cfg.tenants) {
     if (auto r = d->engine_.upsert_tenant(t.spec); !r) return r.error();
   }
+
+  // What a userspace backend that did not stop cleanly left changed (nice, affinity, cgroup
+  // weights), whatever this run's backend: a restart with observe or sched_ext must not leave
+  // processes reniced (enforce/userspace/restore.hpp). A journal whose daemon still runs is that
+  // daemon's (the userspace backend then refuses to start; other backends leave it alone); an
+  // unprivileged daemon may not read root's /run/zernel and cannot restore anything anyway.
+  replay_userspace_journal(d->opts_.proc_root);
 
   auto backend = enforce::make_backend(d->opts_.backend);
   if (!backend) return backend.error().context("--backend");
@@ -296,6 +327,7 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
       (void)engine_.assign_pid(p.pid, opts_.config.tenants[*p.tenant].spec.id);
     }
     tracked_[p.pid] = Tracked{p.comm, p.gpu, p.role};
+    tracked_[p.pid].start = p.starttime_ticks;
     if (p.role == collect::ProcessRole::dataloader_worker) {
       policy::TaskUpdate u;
       u.dataloader_worker = true;
@@ -346,7 +378,12 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
   std::sort(pids_.begin(), pids_.end());
   signals_.sample(pids_, now_ns, samples_);
   for (const collect::ProcessSignals& s : samples_) {
-    if (s.gone) {
+    // A pid whose process is not the one registered (tracked_[pid].start; a discovered one, or
+    // one named by `tenant assign`) belongs to a new process: the old one's tenant and state are
+    // not its. Discovery registers it afresh if it qualifies.
+    if (s.gone || s.restarted || (s.starttime != 0 && tracked_[s.pid].start != 0 &&
+                                  s.starttime != tracked_[s.pid].start)) {
+      if (!s.gone) spdlog::debug("pid {} was reused by a new process: dropped", s.pid);
       drop(s.pid);
       continue;
     }
@@ -676,9 +713,15 @@ nlohmann::json Daemon::handle_control(const ControlRequest& req) {
         return error_reply("tenant \"" + req.assign_to + "\" is not registered");
       }
       const std::string dir = opts_.proc_root + "/" + std::to_string(req.pid);
-      struct stat st {};
-      if (::stat(dir.c_str(), &st) != 0) {
+      // The process's identity (pid, start time), as for discovered ones: a later process that
+      // reuses the pid does not inherit the tenant (sample_signals drops it).
+      auto stat = collect::read_stat(opts_.proc_root, req.pid);
+      if (!stat || stat->is_dead()) {
         return error_reply("no process with pid " + std::to_string(req.pid));
+      }
+      if (auto it = tracked_.find(req.pid);
+          it != tracked_.end() && it->second.start != 0 && it->second.start != stat->starttime_ticks) {
+        drop(req.pid);  // the tracked process with this pid is gone: a new one has it now
       }
       if (auto r = engine_.assign_pid(req.pid, req.assign_to); !r) {
         return error_reply(r.error().message());
@@ -688,6 +731,7 @@ nlohmann::json Daemon::handle_control(const ControlRequest& req) {
         std::string comm;
         std::ifstream(dir + "/comm") >> comm;
         tracked_[req.pid] = Tracked{comm, std::nullopt, collect::ProcessRole::matched};
+        tracked_[req.pid].start = stat->starttime_ticks;
       }
       spdlog::info("control: pid {} assigned to tenant \"{}\"", req.pid, req.assign_to);
       return ok_reply();

@@ -143,6 +143,8 @@ class Daemon {
     std::uint64_t schedstat_busy_ns = 0;  // workers: run + run-queue wait at schedstat_at_ns
     std::uint64_t schedstat_at_ns = 0;
     bool probed = false;  // the GPU sync probes are attached to a libcuda it maps
+    // /proc/PID/stat field 22 when registered: with the pid, the process's identity (0: unknown)
+    std::uint64_t start = 0;
   };
 #ifdef ZERNEL_HAVE_PROBES
   std::unique_ptr<collect::GpuSyncProbes> probes_;

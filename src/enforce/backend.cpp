@@ -19,12 +19,7 @@ std::unique_ptr<Backend> observe() { return std::make_unique<ObserveBackend>(); 
 
 Result<std::unique_ptr<Backend>> userspace_backend() {
   userspace::UserspaceOptions opts;
-  if (const char* p = std::getenv(kUserspaceJournalEnv); p != nullptr && *p != '\0') {
-    opts.journal_path = p;
-  }
-  if (const char* n = std::getenv(kUserspaceCgroupEnv); n != nullptr && *n != '\0') {
-    opts.cgroup_name = n;
-  }
+  opts.journal_path = userspace::userspace_journal_path();
   auto b = userspace::UserspaceBackend::create(std::move(opts));
   if (!b) return b.error();
   return std::unique_ptr<Backend>(std::move(b.value()));

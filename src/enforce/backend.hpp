@@ -35,6 +35,10 @@ class Backend {
   enum class Retry : std::uint8_t { no, now, with_backoff };
   [[nodiscard]] virtual Retry retry_after_failure() { return Retry::no; }
   [[nodiscard]] virtual std::string failure_summary() { return {}; }
+
+  // How this backend carries the tenant weight of a tracked process, in words, for /status
+  // (empty: nothing to say, e.g. the process has no tenant or the backend has no such notion).
+  [[nodiscard]] virtual std::string tenant_share_note(std::uint32_t /*pid*/) const { return {}; }
 };
 
 // The observe-only backend: counts what it is given and changes nothing.
@@ -63,10 +67,12 @@ namespace zernel::enforce {
 // daemon's journal is live), "observe", or "auto" (sched_ext where it loads, else userspace,
 // else observe, saying why).
 //
-// The userspace backend's journal path and cgroup subtree name may be overridden (tests, a
-// private instance) with these environment variables; defaults /run/zernel/userspace.journal and
-// "zernel". (The journal of machine-wide settings, whatever the backend, is
-// $ZERNEL_SETTINGS_JOURNAL: enforce/settings_journal.hpp.)
+// The userspace backend's journal path may be overridden (tests, a private instance) with this
+// environment variable; default /run/zernel/userspace.journal (enforce/userspace/restore.hpp).
+// (The journal of machine-wide settings, whatever the backend, is $ZERNEL_SETTINGS_JOURNAL:
+// enforce/settings_journal.hpp.) The backend makes no cgroups of its own any more, so
+// ZERNEL_USERSPACE_CGROUP, which named them, is ignored (the constant stays for scripts and tests
+// that still set it).
 inline constexpr const char* kUserspaceJournalEnv = "ZERNEL_USERSPACE_JOURNAL";
 inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
 

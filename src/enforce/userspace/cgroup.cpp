@@ -174,87 +174,50 @@ Result<std::vector<std::uint32_t>> read_cgroup_procs(const std::string& dir) {
   return pids;
 }
 
-CgroupTree::CgroupTree(CpuCgroupLayout layout, std::string name)
-    : layout_(std::move(layout)), name_(std::move(name)) {}
-
-std::string CgroupTree::subtree_dir() const { return layout_.mount_point + "/" + name_; }
-
-std::string CgroupTree::tenant_dir(std::uint16_t slot) const {
-  return subtree_dir() + "/tenant-" + std::to_string(slot);
-}
-
-std::string CgroupTree::tenant_path(std::uint16_t slot) const {
-  std::string root = layout_.mount_root == "/" ? "" : layout_.mount_root;
-  return root + "/" + name_ + "/tenant-" + std::to_string(slot);
-}
-
-Result<void> CgroupTree::enable_cpu(const std::string& dir) {
-  const std::string path = dir + "/cgroup.subtree_control";
-  const auto current = read_small(path);
-  if (current) {
-    std::string c = *current;
-    std::replace(c.begin(), c.end(), '\n', ' ');
-    if (has_token(c, "cpu", ' ')) return Ok{};
-  }
-  return write_cgroup_file(path, "+cpu");
-}
-
-Result<void> CgroupTree::ensure_subtree() {
-  const std::string dir = subtree_dir();
-  if (layout_.version == CgroupVersion::v2) {
-    if (auto r = enable_cpu(layout_.mount_point); !r) return r;
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno_error("creating " + dir);
-  if (layout_.version == CgroupVersion::v2) {
-    if (auto r = enable_cpu(dir); !r) return r;
-  }
-  return Ok{};
-}
-
-Result<void> CgroupTree::ensure_tenant(std::uint16_t slot) {
-  if (auto r = ensure_subtree(); !r) return r;
-  const std::string dir = tenant_dir(slot);
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return errno_error("creating " + dir);
-  return Ok{};
-}
-
-Result<void> CgroupTree::set_tenant_weight(std::uint16_t slot, std::uint32_t tenant_weight) {
-  const std::string path = tenant_dir(slot) + "/" + cgroup_cpu_file(layout_.version);
-  return write_cgroup_file(path,
-                           std::to_string(cgroup_cpu_value(layout_.version, tenant_weight)) + "\n");
-}
-
-Result<void> CgroupTree::move(const std::string& dir, std::uint32_t pid) {
-  return write_cgroup_file(dir + "/cgroup.procs", std::to_string(pid) + "\n");
-}
-
-std::vector<std::uint16_t> CgroupTree::tenant_slots() const {
-  std::vector<std::uint16_t> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(subtree_dir(), ec)) {
-    if (!e.is_directory(ec)) continue;
-    const std::string n = e.path().filename().string();
-    if (n.rfind("tenant-", 0) != 0) continue;
-    std::uint16_t slot = 0;
-    const char* b = n.data() + 7;
-    const char* en = n.data() + n.size();
-    const auto [p, err] = std::from_chars(b, en, slot);
-    if (err == std::errc() && p == en && b != en) out.push_back(slot);
-  }
-  std::sort(out.begin(), out.end());
+std::optional<std::uint64_t> read_cgroup_cpu_value(CgroupVersion version, const std::string& dir) {
+  const auto text = read_small(dir + "/" + cgroup_cpu_file(version));
+  if (!text) return std::nullopt;
+  std::string_view v = *text;
+  while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+  std::uint64_t out = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (ec != std::errc() || p != v.data() + v.size() || v.empty()) return std::nullopt;
   return out;
 }
 
-Result<void> CgroupTree::remove_tenant(std::uint16_t slot) const {
-  const std::string dir = tenant_dir(slot);
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return errno_error("removing " + dir);
-  return Ok{};
+Result<void> write_cgroup_cpu_value(CgroupVersion version, const std::string& dir,
+                                    std::uint64_t value) {
+  return write_cgroup_file(dir + "/" + cgroup_cpu_file(version), std::to_string(value) + "\n");
 }
 
-Result<void> CgroupTree::remove_subtree() const {
-  const std::string dir = subtree_dir();
-  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return errno_error("removing " + dir);
-  return Ok{};
+std::optional<std::uint64_t> cgroup_inode(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
+  return static_cast<std::uint64_t>(st.st_ino);
+}
+
+Result<SubtreeProcs> read_subtree_procs(const std::string& dir, std::size_t limit) {
+  SubtreeProcs out;
+  auto own = read_cgroup_procs(dir);
+  if (!own) return own.error();
+  out.pids = std::move(*own);
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec);
+  if (ec) return out;  // no children to look at
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
+    if (out.pids.size() > limit) {
+      out.complete = false;
+      break;
+    }
+    // A group removed during the walk has no cgroup.procs any more: nothing in it.
+    if (auto more = read_cgroup_procs(it->path().string())) {
+      out.pids.insert(out.pids.end(), more->begin(), more->end());
+    }
+  }
+  if (out.pids.size() > limit) out.complete = false;
+  return out;
 }
 
 }  // namespace zernel::enforce::userspace

@@ -1,16 +1,15 @@
 #pragma once
-// The cpu cgroup hierarchy the userspace backend writes tenant weights into.
+// The cpu cgroup hierarchy in which the userspace backend carries tenant weights: where it is
+// mounted, where a process is in it, and reading and writing a group's CPU weight.
 //
 // Layout detection reads mountinfo (/proc/self/mountinfo): a cgroup2 mount whose
 // cgroup.controllers lists "cpu" wins (the unified hierarchy, cpu.weight 1..10000); else a cgroup
 // v1 mount whose options name the cpu controller (cpu.shares 2..262144). A cgroup2 mount without
 // the cpu controller (a hybrid host's /sys/fs/cgroup/unified) does not count.
 //
-// The backend owns one subtree, <mount>/<name> (default "zernel"), with one child per tenant,
-// <mount>/<name>/tenant-<slot>. Processes move with cgroup.procs (all threads at once, in both
-// versions). On v2 the "+cpu" controller is enabled in <mount>/cgroup.subtree_control and
-// <mount>/<name>/cgroup.subtree_control when missing; the subtree itself holds no processes, so
-// the no-internal-processes rule is kept.
+// The backend never creates a group and never moves a process (docs/userspace.md): it only writes
+// the weight file of the group a process's owner placed it in, when that group holds nothing but
+// one tenant's processes (tenant_share.hpp decides).
 //
 // Every path goes through a CpuCgroupLayout, so unit tests run the same code on a plain
 // directory tree in a temp dir.
@@ -56,48 +55,27 @@ std::optional<std::string> cgroup_dir(const CpuCgroupLayout& layout, std::string
 // the line whose controllers include "cpu" on v1.
 std::optional<std::string> cpu_cgroup_path(CgroupVersion version, std::string_view proc_cgroup);
 
-// Writes `value` to a cgroup file (open O_WRONLY|O_TRUNC|O_CREAT, one write). Errors carry errno
-// (ESRCH when a pid written to cgroup.procs has exited).
+// Writes `value` to a cgroup file (open O_WRONLY|O_TRUNC|O_CREAT, one write). Errors carry errno.
 Result<void> write_cgroup_file(const std::string& path, std::string_view value);
 
 // The pids in a cgroup.procs file.
 Result<std::vector<std::uint32_t>> read_cgroup_procs(const std::string& dir);
 
-// The subtree the backend owns under a layout.
-class CgroupTree {
- public:
-  CgroupTree(CpuCgroupLayout layout, std::string name);
-
-  [[nodiscard]] const CpuCgroupLayout& layout() const { return layout_; }
-  [[nodiscard]] const std::string& name() const { return name_; }
-  // <mount>/<name>
-  [[nodiscard]] std::string subtree_dir() const;
-  // <mount>/<name>/tenant-<slot>
-  [[nodiscard]] std::string tenant_dir(std::uint16_t slot) const;
-  // The hierarchy path of a tenant group ("/zernel/tenant-3", relative to the mount's root).
-  [[nodiscard]] std::string tenant_path(std::uint16_t slot) const;
-
-  // Creates the subtree (and on v2 enables +cpu where needed). Idempotent.
-  Result<void> ensure_subtree();
-  // Creates the tenant's group when missing.
-  Result<void> ensure_tenant(std::uint16_t slot);
-  // Writes the tenant's cpu.weight / cpu.shares for `tenant_weight`.
-  Result<void> set_tenant_weight(std::uint16_t slot, std::uint32_t tenant_weight);
-  // Moves process `pid` (all its threads) into the directory `dir`.
-  static Result<void> move(const std::string& dir, std::uint32_t pid);
-
-  // The tenant groups present under the subtree (directory names "tenant-N").
-  [[nodiscard]] std::vector<std::uint16_t> tenant_slots() const;
-  // Removes a tenant group (rmdir; EBUSY while it has members).
-  Result<void> remove_tenant(std::uint16_t slot) const;
-  // Removes the subtree directory when it is empty of groups.
-  Result<void> remove_subtree() const;
-
- private:
-  Result<void> enable_cpu(const std::string& dir);
-
-  CpuCgroupLayout layout_;
-  std::string name_;
+// The CPU weight file of the group in `dir` as a number (cpu.weight or cpu.shares); nullopt when
+// it cannot be read or is not a number (no cpu controller in that group, a removed group).
+std::optional<std::uint64_t> read_cgroup_cpu_value(CgroupVersion version, const std::string& dir);
+// Writes the CPU weight file of the group in `dir`.
+Result<void> write_cgroup_cpu_value(CgroupVersion version, const std::string& dir,
+                                    std::uint64_t value);
+// The identity of the group in `dir` (its inode: the cgroup id on v2): a group removed and made
+// again under the same path (a restarted pod) is another group. nullopt when it does not exist.
+std::optional<std::uint64_t> cgroup_inode(const std::string& dir);
+// The pids of every process in the group in `dir` and in all groups below it (cgroup.procs of
+// each; at most `limit` pids, then the walk stops and `complete` is false).
+struct SubtreeProcs {
+  std::vector<std::uint32_t> pids;
+  bool complete = true;
 };
+Result<SubtreeProcs> read_subtree_procs(const std::string& dir, std::size_t limit = 4096);
 
 }  // namespace zernel::enforce::userspace

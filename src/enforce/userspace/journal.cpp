@@ -1,6 +1,7 @@
 #include "enforce/userspace/journal.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "collect/topology_reader.hpp"
 #include "common/journal_file.hpp"
@@ -8,7 +9,19 @@
 namespace zernel::enforce::userspace {
 namespace {
 
-constexpr std::string_view kMagic = "zernel-userspace-journal 1";
+constexpr std::string_view kMagic = "zernel-userspace-journal 2";
+
+std::string cpus_field(const std::vector<std::uint32_t>& cpus) {
+  return cpus.empty() ? "-" : format_cpu_list(cpus);
+}
+
+// "-" is an empty list; otherwise a non-empty CPU list.
+std::optional<std::vector<std::uint32_t>> parse_cpus_field(std::string_view f) {
+  if (f == "-") return std::vector<std::uint32_t>{};
+  auto cpus = collect::parse_cpu_list(std::string(f));
+  if (!cpus || cpus->empty()) return std::nullopt;
+  return std::move(*cpus);
+}
 
 }  // namespace
 
@@ -27,21 +40,16 @@ std::string format_cpu_list(const std::vector<std::uint32_t>& cpus) {
 std::string format_journal(const Journal& j) {
   std::string out(kMagic);
   out += fmt::format("\nowner {} {}\n", j.owner_pid, j.owner_start);
-  if (j.cgroup) {
-    out += fmt::format("cgroup {} {} {} {}\n",
-                       j.cgroup->layout.version == CgroupVersion::v2 ? "v2" : "v1",
-                       hex_encode(j.cgroup->layout.mount_root),
-                       hex_encode(j.cgroup->layout.mount_point), hex_encode(j.cgroup->name));
-  } else {
-    out += "cgroup -\n";
-  }
   for (const ProcessOriginal& p : j.processes) {
-    out +=
-        fmt::format("process {} {} {}\n", p.pid, p.start, p.cgroup ? hex_encode(*p.cgroup) : "-");
+    out += fmt::format("process {} {} {} {} {}\n", p.pid, p.start, p.nice, cpus_field(p.cpus),
+                       cpus_field(p.applied_cpus));
     for (const ThreadOriginal& t : p.threads) {
-      out += fmt::format("thread {} {} {} {}\n", t.tid, t.start, t.nice,
-                         t.cpus.empty() ? "-" : format_cpu_list(t.cpus));
+      out += fmt::format("thread {} {} {} {}\n", t.tid, t.start, t.nice, cpus_field(t.cpus));
     }
+  }
+  for (const WeightOriginal& w : j.weights) {
+    out += fmt::format("weight {} {} {} {} {}\n", hex_encode(w.dir), w.file, w.inode, w.original,
+                       fmt::join(w.written, ","));
   }
   out += "end\n";
   return out;
@@ -50,7 +58,9 @@ std::string format_journal(const Journal& j) {
 Result<Journal> parse_journal(std::string_view text) {
   Journal j;
   bool have_owner = false;
-  bool have_cgroup = false;
+  const auto valid_nice = [](const std::optional<std::int32_t>& n) {
+    return n && *n >= -20 && *n <= 19;
+  };
   const auto record = [&](const std::vector<std::string_view>& f) -> std::optional<std::string> {
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
@@ -61,63 +71,71 @@ Result<Journal> parse_journal(std::string_view text) {
       j.owner_pid = *pid;
       j.owner_start = *start;
       have_owner = true;
-    } else if (kind == "cgroup" && have_owner && !have_cgroup) {
-      have_cgroup = true;
-      if (f.size() == 2 && f[1] == "-") return std::nullopt;
-      if (f.size() != 5 || (f[1] != "v1" && f[1] != "v2")) {
-        return "expected: cgroup v1|v2 ROOT MOUNT NAME";
-      }
-      auto root = hex_decode(f[2]);
-      auto mount = hex_decode(f[3]);
-      auto name = hex_decode(f[4]);
-      if (!root || !mount || !name || name->empty() || name->find('/') != std::string::npos) {
-        return "bad cgroup fields";
-      }
-      JournalCgroup c;
-      c.layout.version = f[1] == "v2" ? CgroupVersion::v2 : CgroupVersion::v1;
-      c.layout.mount_root = *root;
-      c.layout.mount_point = *mount;
-      c.name = *name;
-      j.cgroup = std::move(c);
-    } else if (kind == "process" && have_cgroup) {
-      if (f.size() != 4) return "expected: process PID START CGROUP";
+    } else if (kind == "process" && have_owner) {
+      if (f.size() != 6) return "expected: process PID START NICE CPULIST APPLIED";
       ProcessOriginal p;
       auto pid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
-      if (!pid || *pid == 0 || !start) return "bad process pid or start time";
+      auto nice = parse_number<std::int32_t>(f[3]);
+      if (!pid || *pid == 0 || !start || !valid_nice(nice)) {
+        return "bad process pid, start time or nice";
+      }
+      auto cpus = parse_cpus_field(f[4]);
+      auto applied = parse_cpus_field(f[5]);
+      if (!cpus || !applied) return "bad CPU list";
       p.pid = *pid;
       p.start = *start;
-      if (f[3] != "-") {
-        auto cg = hex_decode(f[3]);
-        if (!cg || cg->empty() || cg->front() != '/') return "bad cgroup path";
-        p.cgroup = std::move(*cg);
-      }
+      p.nice = *nice;
+      p.cpus = std::move(*cpus);
+      p.applied_cpus = std::move(*applied);
       j.processes.push_back(std::move(p));
-    } else if (kind == "thread" && !j.processes.empty()) {
+    } else if (kind == "thread" && !j.processes.empty() && j.weights.empty()) {
       if (f.size() != 5) return "expected: thread TID START NICE CPULIST";
       ThreadOriginal t;
       auto tid = parse_number<std::uint32_t>(f[1]);
       auto start = parse_number<std::uint64_t>(f[2]);
       auto nice = parse_number<std::int32_t>(f[3]);
-      if (!tid || *tid == 0 || !start || !nice || *nice < -20 || *nice > 19) {
+      if (!tid || *tid == 0 || !start || !valid_nice(nice)) {
         return "bad thread id, start time or nice";
       }
+      auto cpus = parse_cpus_field(f[4]);
+      if (!cpus) return "bad CPU list";
       t.tid = *tid;
       t.start = *start;
       t.nice = *nice;
-      if (f[4] != "-") {
-        auto cpus = collect::parse_cpu_list(std::string(f[4]));
-        if (!cpus || cpus->empty()) return "bad CPU list";
-        t.cpus = std::move(*cpus);
-      }
+      t.cpus = std::move(*cpus);
       j.processes.back().threads.push_back(std::move(t));
+    } else if (kind == "weight" && have_owner) {
+      if (f.size() != 6) return "expected: weight DIR FILE INODE ORIGINAL WRITTEN";
+      WeightOriginal w;
+      auto dir = hex_decode(f[1]);
+      auto inode = parse_number<std::uint64_t>(f[3]);
+      auto orig = parse_number<std::uint64_t>(f[4]);
+      std::vector<std::uint64_t> written;
+      for (std::string_view rest = f[5];;) {
+        const std::size_t comma = rest.find(',');
+        auto v = parse_number<std::uint64_t>(rest.substr(0, comma));
+        if (!v) return "bad written weight";
+        written.push_back(*v);
+        if (comma == std::string_view::npos) break;
+        rest.remove_prefix(comma + 1);
+      }
+      if (!dir || dir->empty() || dir->front() != '/') return "bad cgroup directory";
+      if (f[2] != "cpu.weight" && f[2] != "cpu.shares") return "bad weight file";
+      if (!inode || !orig || written.size() > 2) return "bad inode or weight";
+      w.dir = std::move(*dir);
+      w.file = std::string(f[2]);
+      w.inode = *inode;
+      w.original = *orig;
+      w.written = std::move(written);
+      j.weights.push_back(std::move(w));
     } else {
       return "unexpected record";
     }
     return std::nullopt;
   };
-  auto parsed = parse_journal_text(text, kMagic, "not a zernel userspace journal (version 1)",
-                                   record, [&] { return have_cgroup; });
+  auto parsed = parse_journal_text(text, kMagic, "not a zernel userspace journal (version 2)",
+                                   record, [&] { return have_owner; });
   if (!parsed) return parsed.error();
   return j;
 }

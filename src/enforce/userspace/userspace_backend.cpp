@@ -1,14 +1,11 @@
 #include "enforce/userspace/userspace_backend.hpp"
 
-#include <sched.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -16,66 +13,17 @@
 #include "collect/procfs.hpp"
 #include "collect/topology_reader.hpp"
 #include "enforce/settings_journal.hpp"
+#include "enforce/userspace/tenant_share.hpp"
+#include "enforce/userspace/thread_ops.hpp"
 #include "policy/weight.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int kCapSysNice = 23;
-constexpr std::size_t kMaxCpus = 8192;
-
-// A thread or process that exited: ESRCH from the syscalls, ENOENT from /proc.
-bool gone(int err) { return err == ESRCH || err == ENOENT; }
-// Writing an exited pid to cgroup.procs gives ESRCH; ENOENT there means the group is missing.
-bool pid_gone(const Error& e) { return e.code() == ESRCH; }
-
-// RAII for a dynamically sized cpu_set_t.
-class CpuSet {
- public:
-  CpuSet() : set_(CPU_ALLOC(kMaxCpus)), size_(CPU_ALLOC_SIZE(kMaxCpus)) { CPU_ZERO_S(size_, set_); }
-  ~CpuSet() { CPU_FREE(set_); }
-  CpuSet(const CpuSet&) = delete;
-  CpuSet& operator=(const CpuSet&) = delete;
-  cpu_set_t* get() { return set_; }
-  [[nodiscard]] std::size_t size() const { return size_; }
-
- private:
-  cpu_set_t* set_;
-  std::size_t size_;
-};
-
-// 0 or an errno value.
-int get_nice(std::uint32_t tid, std::int32_t& out) {
-  errno = 0;
-  const int v = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
-  if (v == -1 && errno != 0) return errno;
-  out = v;
-  return 0;
-}
-
-int set_nice(std::uint32_t tid, std::int32_t nice) {
-  return ::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) == 0 ? 0 : errno;
-}
-
-int get_cpus(std::uint32_t tid, std::vector<std::uint32_t>& out) {
-  CpuSet s;
-  if (::sched_getaffinity(static_cast<pid_t>(tid), s.size(), s.get()) != 0) return errno;
-  out.clear();
-  for (std::size_t c = 0; c < kMaxCpus; ++c) {
-    if (CPU_ISSET_S(c, s.size(), s.get())) out.push_back(static_cast<std::uint32_t>(c));
-  }
-  return 0;
-}
-
-int set_cpus(std::uint32_t tid, const std::vector<std::uint32_t>& cpus) {
-  CpuSet s;
-  for (const std::uint32_t c : cpus) {
-    if (c < kMaxCpus) CPU_SET_S(c, s.size(), s.get());
-  }
-  return ::sched_setaffinity(static_cast<pid_t>(tid), s.size(), s.get()) == 0 ? 0 : errno;
-}
+// How far up the parent chain an untracked process in a tenant's group is followed to find a
+// tracked ancestor (a job's helpers are its children or grandchildren).
+constexpr int kMaxAncestry = 32;
 
 std::vector<std::uint32_t> intersect(const std::vector<std::uint32_t>& a,
                                      const std::vector<std::uint32_t>& b) {
@@ -112,12 +60,12 @@ std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root,
   return out;
 }
 
-// Same thread as when the original was read: guards against tid reuse (processes:
-// process_running, enforce/settings_journal.hpp).
-bool same_thread(const std::string& proc_root, std::uint32_t pid, std::uint32_t tid,
-                 std::uint64_t start) {
-  auto st = collect::read_thread_stat(proc_root, pid, tid);
-  return st && st->starttime_ticks == start;
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace
@@ -133,158 +81,59 @@ Result<std::unique_ptr<UserspaceBackend>> UserspaceBackend::create(UserspaceOpti
     if (!*cap) {
       return Error(EPERM,
                    "the userspace backend needs root with CAP_SYS_NICE (to raise "
-                   "priorities, set affinity and move processes between cgroups); "
+                   "priorities, set affinity and write cgroup CPU weights); "
                    "running as uid " +
                        std::to_string(::geteuid()) + " without it (try --backend observe)");
     }
   }
   std::unique_ptr<UserspaceBackend> b(new UserspaceBackend(std::move(opts)));
   const UserspaceOptions& o = b->opts_;
-  if (o.cgroup_name.empty() || o.cgroup_name.find('/') != std::string::npos ||
-      o.cgroup_name == "." || o.cgroup_name == "..") {
-    return Error(EINVAL, "userspace backend: bad cgroup subtree name \"" + o.cgroup_name + "\"");
-  }
   b->self_start_ = own_start_time(o.proc_root);
   b->nodes_ = read_nodes(o.sys_root, o.proc_root);
   if (o.use_cgroups) {
     auto layout = o.cgroup ? Result<CpuCgroupLayout>(*o.cgroup)
                            : detect_cpu_cgroup_from(o.proc_root + "/self/mountinfo");
     if (layout) {
-      b->tree_.emplace(std::move(*layout), o.cgroup_name);
-      spdlog::info("userspace backend: tenant CPU weights in {} (cgroup {}, {})",
-                   b->tree_->subtree_dir(),
-                   b->tree_->layout().version == CgroupVersion::v2 ? "v2" : "v1",
-                   cgroup_cpu_file(b->tree_->layout().version));
+      b->layout_ = std::move(*layout);
+      spdlog::info(
+          "userspace backend: tenant weights as the {} of a tenant's own cgroup where it holds "
+          "only that tenant's processes (cgroup {} at {}), else as nice; no process is moved",
+          cgroup_cpu_file(b->layout_->version),
+          b->layout_->version == CgroupVersion::v2 ? "v2" : "v1", b->layout_->mount_point);
     } else {
       b->cgroup_error_ = layout.error().message();
-      spdlog::warn("userspace backend: tenant CPU weights are off: {}", b->cgroup_error_);
+      spdlog::warn("userspace backend: tenant weights as nice only: {}", b->cgroup_error_);
     }
   } else {
     b->cgroup_error_ = "cgroups are turned off";
   }
   if (auto r = b->recover(); !r) return r.error();
-  b->active_ = true;  // from here on shutdown() restores, cleans up and removes the journal
+  b->active_ = true;  // from here on shutdown() restores and removes the journal
   return b;
 }
 
 // ---- crash recovery ----
 
 Result<void> UserspaceBackend::recover() {
-  const std::string& path = opts_.journal_path;
-  auto read = read_journal(path);
-  if (!read && read.error().code() != EINVAL) {
-    return read.error().context("userspace backend: cannot tell what a previous run left");
-  }
-  if (!read) {
-    const std::string aside = path + ".corrupt";
+  auto rep = replay_journal(opts_.journal_path, opts_.proc_root);
+  if (!rep) return rep.error().context("userspace backend");
+  if (rep->corrupt) {
     spdlog::error(
-        "userspace backend: cannot use the journal of a previous run ({}); moved it to "
-        "{}; values it listed are NOT restored",
-        read.error().message(), aside);
-    if (::rename(path.c_str(), aside.c_str()) != 0) {
-      return errno_error("userspace backend: moving the unreadable journal " + path + " aside");
-    }
-  } else if (read->has_value()) {
-    const Journal& j = **read;
-    if (process_running(opts_.proc_root, j.owner_pid, j.owner_start)) {
-      return Error(EBUSY, "userspace backend: " + path +
-                              " belongs to a running zernel-scheduler "
-                              "(pid " +
-                              std::to_string(j.owner_pid) +
-                              "); stop it first (two daemons would fight over the same values)");
-    }
-    for (const ProcessOriginal& p : j.processes) {
-      if (!process_running(opts_.proc_root, p.pid, p.start)) {
-        ++stats_.recovery_skipped;
-        continue;
-      }
-      ++stats_.recovered_processes;
-      for (const ThreadOriginal& t : p.threads) {
-        if (!same_thread(opts_.proc_root, p.pid, t.tid, t.start)) continue;
-        ++stats_.recovered_threads;
-        std::int32_t cur = 0;
-        if (get_nice(t.tid, cur) == 0 && cur != t.nice) {
-          if (const int e = set_nice(t.tid, t.nice); e != 0 && !gone(e)) {
-            ++stats_.write_errors;
-            spdlog::warn("userspace backend: restoring nice {} of thread {}: {}", t.nice, t.tid,
-                         std::strerror(e));
-          }
-        }
-        std::vector<std::uint32_t> cpus;
-        if (!t.cpus.empty() && get_cpus(t.tid, cpus) == 0 && cpus != t.cpus) {
-          if (const int e = set_cpus(t.tid, t.cpus); e != 0 && !gone(e)) {
-            ++stats_.write_errors;
-            spdlog::warn("userspace backend: restoring the affinity of thread {}: {}", t.tid,
-                         std::strerror(e));
-          }
-        }
-      }
-      if (p.cgroup && j.cgroup) {
-        auto dir = cgroup_dir(j.cgroup->layout, *p.cgroup);
-        auto r = dir ? CgroupTree::move(*dir, p.pid)
-                     : Result<void>(Error(ENOENT, "not under " + j.cgroup->layout.mount_point));
-        if (!r && !pid_gone(r.error())) {
-          ++stats_.write_errors;
-          spdlog::warn("userspace backend: moving pid {} back to cgroup {}: {}", p.pid, *p.cgroup,
-                       r.error().message());
-        }
-      }
-    }
-    if (j.cgroup) {
-      const CgroupTree old(j.cgroup->layout, j.cgroup->name);
-      empty_tenant_groups(old, old.layout().mount_point);
-    }
+        "userspace backend: cannot use the journal of a previous run ({}); moved it to {}; "
+        "values it listed are NOT restored",
+        rep->corrupt_error, rep->moved_to);
+  } else if (rep->found) {
+    for (const std::string& line : rep->lines) spdlog::info("userspace journal: {}", line);
     spdlog::info(
-        "userspace backend: restored from the journal of zernel-scheduler pid {}, which "
-        "is no longer running: {} thread(s) of {} process(es); {} process(es) skipped "
-        "(exited or pid reused)",
-        j.owner_pid, stats_.recovered_threads, stats_.recovered_processes, stats_.recovery_skipped);
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return errno_error("userspace backend: removing " + path);
-    }
+        "userspace backend: restored from the journal of zernel-scheduler pid {}, which is no "
+        "longer running: {}",
+        rep->owner_pid, rep->summary());
   }
-  // Groups of our own subtree left by a run whose journal is gone or unreadable.
-  if (tree_) empty_tenant_groups(*tree_, tree_->layout().mount_point);
+  stats_.recovered_threads = rep->threads;
+  stats_.recovered_processes = rep->processes;
+  stats_.recovery_skipped = rep->skipped;
+  stats_.write_errors += rep->errors;
   return Ok{};
-}
-
-// Moves every member of the tree's tenant groups to `fallback_dir` (or, for groups this backend
-// knows, to the original group of its members), then removes the groups and the subtree.
-void UserspaceBackend::empty_tenant_groups(const CgroupTree& tree,
-                                           const std::string& fallback_dir) {
-  std::error_code ec;
-  if (!fs::exists(tree.subtree_dir(), ec)) return;
-  for (const std::uint16_t slot : tree.tenant_slots()) {
-    const std::string dir = tree.tenant_dir(slot);
-    std::string home = home_dir_for_slot(slot);
-    if (home.empty()) home = fallback_dir;
-    if (auto members = read_cgroup_procs(dir)) {
-      for (const std::uint32_t pid : *members) {
-        if (auto r = CgroupTree::move(home, pid); !r && !pid_gone(r.error())) {
-          ++stats_.write_errors;
-          spdlog::warn("userspace backend: moving pid {} out of {}: {}", pid, dir,
-                       r.error().message());
-        }
-      }
-    }
-    if (auto r = tree.remove_tenant(slot); !r) {
-      spdlog::warn("userspace backend: {}", r.error().message());
-    }
-  }
-  if (auto r = tree.remove_subtree(); !r)
-    spdlog::warn("userspace backend: {}", r.error().message());
-}
-
-// Where an unknown member of a tenant group goes back to: the original group of a process this
-// backend moved into that group (children forked there share their parent's original), else "".
-std::string UserspaceBackend::home_dir_for_slot(std::uint16_t slot) const {
-  if (!tree_) return {};
-  for (const auto& [pid, p] : procs_) {
-    if (p.group == slot && p.orig_cgroup) {
-      if (auto dir = cgroup_dir(tree_->layout(), *p.orig_cgroup)) return *dir;
-    }
-  }
-  return {};
 }
 
 // ---- apply ----
@@ -294,6 +143,16 @@ std::vector<std::uint32_t> UserspaceBackend::node_cpus_of(std::uint32_t cpu) con
     if (std::binary_search(n.begin(), n.end(), cpu)) return n;
   }
   return {};
+}
+
+TenantShare UserspaceBackend::tenant_share(std::uint32_t pid) const {
+  auto it = procs_.find(pid);
+  return it == procs_.end() ? TenantShare::none : it->second.share;
+}
+
+std::string UserspaceBackend::tenant_share_text(std::uint32_t pid) const {
+  auto it = procs_.find(pid);
+  return it == procs_.end() ? std::string() : it->second.share_text;
 }
 
 void UserspaceBackend::scan_threads(std::uint32_t pid, ProcState& p, const ProcState* parent,
@@ -330,40 +189,151 @@ void UserspaceBackend::scan_threads(std::uint32_t pid, ProcState& p, const ProcS
   std::erase_if(p.threads, [](const auto& kv) { return !kv.second.seen; });
 }
 
-void UserspaceBackend::record_cgroup(std::uint32_t pid, ProcState& p, const ProcState* parent,
-                                     bool& dirty) {
-  if (p.orig_cgroup || !tree_) return;
-  std::string text;
-  const std::string path = opts_.proc_root + "/" + std::to_string(pid) + "/cgroup";
-  std::ifstream in(path);
-  if (!in) return;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto cur = cpu_cgroup_path(tree_->layout().version, ss.str());
-  if (!cur) return;
-  // Forked inside one of our groups: it belongs where its parent came from.
-  const std::string subtree =
-      (tree_->layout().mount_root == "/" ? "" : tree_->layout().mount_root) + "/" + tree_->name();
-  if (collect::cgroup_path_has_prefix(*cur, subtree)) {
-    *cur = parent != nullptr && parent->orig_cgroup ? *parent->orig_cgroup
-                                                    : tree_->layout().mount_root;
+// Decides, for every process of a tenant, whether its own cgroup carries the tenant's weight or
+// its threads' nice does (tenant_share.hpp), and what each carrying group's weight is to be.
+void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> decisions,
+                                          bool& dirty) {
+  for (auto& [dir, g] : groups_) g.wanted = false;
+  std::unordered_map<std::uint32_t, std::uint16_t> tenant_of_tracked;
+  tenant_of_tracked.reserve(decisions.size());
+  for (const policy::Decision& d : decisions) tenant_of_tracked[d.pid] = d.tenant;
+  const auto self = static_cast<std::uint32_t>(::getpid());
+  const TenantOfPid tenant_of = [&](std::uint32_t pid) -> std::optional<std::uint16_t> {
+    std::uint32_t cur = pid;
+    for (int i = 0; i < kMaxAncestry; ++i) {
+      if (auto it = tenant_of_tracked.find(cur); it != tenant_of_tracked.end()) {
+        // The process itself is tracked: its own tenant. An untracked one takes its nearest
+        // tracked ancestor's only when that one has a tenant.
+        if (cur == pid || it->second != policy::kNoTenant) return it->second;
+        return std::nullopt;
+      }
+      auto st = collect::read_stat(opts_.proc_root, cur);
+      if (!st || st->ppid <= 1 || st->ppid == cur) return std::nullopt;
+      cur = st->ppid;
+    }
+    return std::nullopt;
+  };
+
+  // Each tenant process's group, and whether that group can carry its tenant (one verdict per
+  // group and tenant per tick).
+  struct Verdict {
+    std::optional<std::string> why_not;
+    std::string dir;
+  };
+  std::map<std::pair<std::string, std::uint16_t>, Verdict> verdicts;
+  std::map<std::uint16_t, std::set<std::string>> carriers;  // tenant -> dirs
+  for (const policy::Decision& d : decisions) {
+    auto it = procs_.find(d.pid);
+    if (it == procs_.end()) continue;
+    ProcState& p = it->second;
+    p.cgroup.reset();
+    if (d.tenant == policy::kNoTenant || !layout_) continue;
+    if (auto text = read_text(opts_.proc_root + "/" + std::to_string(d.pid) + "/cgroup")) {
+      p.cgroup = cpu_cgroup_path(layout_->version, *text);
+    }
+    if (!p.cgroup) continue;
+    const auto key = std::make_pair(*p.cgroup, d.tenant);
+    if (verdicts.contains(key)) continue;
+    Verdict v;
+    v.dir = cgroup_dir(*layout_, *p.cgroup).value_or("");
+    v.why_not = why_group_cannot_carry(*layout_, *p.cgroup, d.tenant, tenant_of, self);
+    if (!v.why_not) {
+      if (auto r = refused_.find(v.dir); r != refused_.end()) {
+        if (r->second.first == cgroup_inode(v.dir).value_or(0)) {
+          v.why_not = r->second.second;
+        } else {
+          refused_.erase(r);  // made again since: a new group with a new owner's value
+        }
+      }
+    }
+    // Two tenants in one group: neither can have it (both see the other's process as shared).
+    if (!v.why_not) carriers[d.tenant].insert(v.dir);
+    verdicts.emplace(key, std::move(v));
   }
-  p.orig_cgroup = std::move(*cur);
-  p.cgroup_journaled = false;
-  dirty = true;
+
+  for (const policy::Decision& d : decisions) {
+    auto it = procs_.find(d.pid);
+    if (it == procs_.end()) continue;
+    ProcState& p = it->second;
+    TenantShare share = TenantShare::none;
+    std::string text;
+    if (d.tenant != policy::kNoTenant) {
+      const Verdict* v = nullptr;
+      if (p.cgroup) {
+        if (auto vi = verdicts.find({*p.cgroup, d.tenant}); vi != verdicts.end()) v = &vi->second;
+      }
+      if (v != nullptr && !v->why_not) {
+        const std::size_t n = std::max<std::size_t>(1, carriers[d.tenant].size());
+        const auto weight = static_cast<std::uint32_t>(
+            std::max<std::uint64_t>(1, std::uint64_t{d.tenant_weight} / n));
+        const std::uint64_t value = cgroup_cpu_value(layout_->version, weight);
+        auto [gi, added] = groups_.try_emplace(v->dir);
+        GroupState& g = gi->second;
+        const auto inode = cgroup_inode(v->dir);
+        if (!added && inode && *inode != g.inode) {
+          g = GroupState{};  // removed and made again: another group
+          added = true;
+        }
+        if (added) {
+          g.path = *p.cgroup;
+          g.inode = inode.value_or(0);
+          g.original = read_cgroup_cpu_value(layout_->version, v->dir).value_or(value);
+          dirty = true;
+        }
+        g.wanted = true;
+        g.want = value;
+        if (g.journaled != g.values()) dirty = true;
+        share = TenantShare::cgroup;
+        text = fmt::format("{} {} on its cgroup {}", cgroup_cpu_file(layout_->version), value,
+                           *p.cgroup);
+      } else {
+        share = TenantShare::nice;
+        const std::string why = v != nullptr ? *v->why_not
+                                : p.cgroup  ? "no verdict"
+                                : layout_   ? "its cgroup cannot be read"
+                                            : cgroup_error_;
+        text = fmt::format("nice shift {:+d} on its threads: {}",
+                           -tenant_priority_shift(d.tenant_weight), why);
+      }
+    }
+    if (share != p.share || (share == TenantShare::cgroup && text != p.share_text)) {
+      if (share != TenantShare::none || p.share != TenantShare::none) {
+        spdlog::info("userspace backend: pid {} (tenant weight {}): {}", d.pid, d.tenant_weight,
+                     share == TenantShare::none ? std::string("no tenant any more") : text);
+      }
+    }
+    p.share = share;
+    p.share_text = std::move(text);
+  }
+  // Groups no longer carrying a tenant (its processes left, exited or were unassigned, or the
+  // group is shared now) go back to their original at once: see write_groups.
+  for (auto& [dir, g] : groups_) {
+    if (!g.wanted) dirty = true;
+  }
+}
+
+std::vector<std::uint64_t> UserspaceBackend::GroupState::values() const {
+  std::vector<std::uint64_t> v;
+  if (wanted) v.push_back(want);
+  if (written && (!wanted || *written != want)) v.push_back(*written);
+  return v;
 }
 
 Result<void> UserspaceBackend::save_journal() {
   Journal j;
   j.owner_pid = static_cast<std::uint32_t>(::getpid());
   j.owner_start = self_start_;
-  if (tree_) j.cgroup = JournalCgroup{tree_->layout(), tree_->name()};
   j.processes.reserve(procs_.size());
   for (const auto& [pid, p] : procs_) {
     ProcessOriginal po;
     po.pid = pid;
     po.start = p.start;
-    po.cgroup = p.orig_cgroup;
+    po.nice = p.orig_nice;
+    po.cpus = p.orig_cpus;
+    if (!p.want_cpus.empty()) {
+      auto in_node = intersect(p.want_cpus, p.orig_cpus);
+      if (!in_node.empty() && in_node != p.orig_cpus) po.applied_cpus = std::move(in_node);
+    }
     for (const auto& [tid, t] : p.threads) {
       po.threads.push_back(ThreadOriginal{tid, t.start, t.orig_nice, t.orig_cpus});
     }
@@ -371,12 +341,21 @@ Result<void> UserspaceBackend::save_journal() {
   }
   std::sort(j.processes.begin(), j.processes.end(),
             [](const ProcessOriginal& a, const ProcessOriginal& b) { return a.pid < b.pid; });
+  // A group keeps its line until its original is back (a failed restore is retried at exit and
+  // by the next start).
+  for (const auto& [dir, g] : groups_) {
+    auto values = g.values();
+    if (values.empty()) continue;
+    j.weights.push_back(WeightOriginal{dir, cgroup_cpu_file(layout_->version), g.inode, g.original,
+                                       std::move(values)});
+  }
   if (auto r = write_journal(opts_.journal_path, j); !r) return r;
   ++stats_.journal_writes;
   for (auto& [pid, p] : procs_) {
-    if (p.orig_cgroup) p.cgroup_journaled = true;
     for (auto& [tid, t] : p.threads) t.journaled = true;
   }
+  for (const ProcessOriginal& po : j.processes) procs_[po.pid].journaled_applied = po.applied_cpus;
+  for (auto& [dir, g] : groups_) g.journaled = g.values();
   journal_dirty_ = false;
   return Ok{};
 }
@@ -409,32 +388,28 @@ Result<void> UserspaceBackend::apply(std::span<const policy::Decision> decisions
       it = procs_.emplace(d.pid, std::move(p)).first;
     }
     ProcState& p = it->second;
-    p.want_nice = policy::nice_for_priority(d.priority);
+    p.priority = d.priority;
+    p.tenant = d.tenant;
+    p.tenant_weight = d.tenant_weight;
     p.want_cpus.clear();
     // Only a task bound to a GPU is pinned: its preferred CPU lies in its GPU's node. Other
     // tasks get a preferred CPU too (the least loaded anywhere), which moves between nodes.
     if (const auto cpu = d.cpu(); cpu && d.gpu_id >= 0) p.want_cpus = node_cpus_of(*cpu);
-    p.want_group.reset();
-    if (d.tenant != policy::kNoTenant) {
-      if (tree_) {
-        p.want_group = d.tenant;
-        p.want_weight = d.tenant_weight;
-      } else if (!cgroup_error_logged_) {
-        cgroup_error_logged_ = true;
-        spdlog::warn(
-            "userspace backend: tenant CPU weights are not enforced ({}); tenants' "
-            "processes compete by nice only",
-            cgroup_error_);
-      }
-    }
     const ProcState* parent = nullptr;
     if (auto par = procs_.find(p.ppid); par != procs_.end() && p.ppid != d.pid) {
       parent = &par->second;
     }
     scan_threads(d.pid, p, parent, dirty);
-    if (p.want_group) record_cgroup(d.pid, p, parent, dirty);
+    if (!p.want_cpus.empty()) {
+      auto in_node = intersect(p.want_cpus, p.orig_cpus);
+      if (in_node == p.orig_cpus) in_node.clear();
+      if (in_node != p.journaled_applied) dirty = true;
+    } else if (!p.journaled_applied.empty()) {
+      dirty = true;
+    }
     order.push_back(d.pid);
   }
+  plan_tenant_shares(decisions, dirty);
   if (dirty) {
     journal_dirty_ = true;
     if (auto r = save_journal(); !r) {
@@ -450,62 +425,101 @@ Result<void> UserspaceBackend::apply(std::span<const policy::Decision> decisions
       journal_error_logged_ = false;
     }
   }
+  write_groups();
   for (const std::uint32_t pid : order) {
     if (auto it = procs_.find(pid); it != procs_.end()) enforce(pid, it->second);
   }
   return Ok{};
 }
 
-void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
-  // cgroup: into the tenant's group, or back to where it came from.
-  if (tree_ && p.want_group != p.group) {
-    if (p.want_group) {
-      const std::uint16_t slot = *p.want_group;
-      if (p.cgroup_journaled) {
-        auto r = tree_->ensure_tenant(slot);
-        if (r && group_weights_.find(slot) == group_weights_.end()) {
-          r = tree_->set_tenant_weight(slot, p.want_weight);
-          if (r) {
-            ++stats_.weight_writes;
-            group_weights_[slot] = p.want_weight;
-          }
-        }
-        if (r) r = CgroupTree::move(tree_->tenant_dir(slot), pid);
-        if (r) {
-          ++stats_.cgroup_moves;
-          p.group = slot;
-        } else if (pid_gone(r.error())) {
-          return;
-        } else {
-          write_failed(
-              pid, p,
-              "moving it to tenant group " + tree_->tenant_dir(slot) + ": " + r.error().message(),
-              r.error().code());
-        }
+// Puts a group's original weight back when the file still holds what we wrote (someone else's
+// later value is theirs to keep). True when the group is done with (restored, gone, or left).
+bool UserspaceBackend::restore_group(const std::string& dir, const GroupState& g) {
+  if (!g.written) return true;
+  const auto inode = cgroup_inode(dir);
+  if (!inode || *inode != g.inode) return true;  // removed (or made again): nothing to restore
+  const auto now = read_cgroup_cpu_value(layout_->version, dir);
+  if (!now || *now != *g.written) {
+    spdlog::warn("userspace backend: cgroup {}: {} is {}, not the {} zernel wrote: changed by "
+                 "someone else, left as is",
+                 g.path, cgroup_cpu_file(layout_->version), now ? std::to_string(*now) : "?",
+                 *g.written);
+    return true;
+  }
+  if (auto r = write_cgroup_cpu_value(layout_->version, dir, g.original); !r) {
+    ++stats_.write_errors;
+    spdlog::warn("userspace backend: cgroup {}: restoring {} {}: {}", g.path,
+                 cgroup_cpu_file(layout_->version), g.original, r.error().message());
+    return false;
+  }
+  ++stats_.weight_writes;
+  spdlog::info("userspace backend: cgroup {}: {} back to {}", g.path,
+               cgroup_cpu_file(layout_->version), g.original);
+  return true;
+}
+
+void UserspaceBackend::write_groups() {
+  if (!layout_) return;
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    const std::string& dir = it->first;
+    GroupState& g = it->second;
+    if (!g.wanted) {
+      if (restore_group(dir, g)) {
+        it = groups_.erase(it);
+        journal_dirty_ = true;
+        continue;
       }
-    } else if (p.orig_cgroup) {
-      auto r = move_home(pid, p);
-      if (r) {
-        ++stats_.cgroup_moves;
-        p.group.reset();
-      } else if (pid_gone(r.error())) {
-        return;
-      } else {
-        write_failed(pid, p, r.error().message(), r.error().code());
+      ++it;
+      continue;
+    }
+    // The owner (kubelet, systemd, an operator) wrote its own value since our last write: it is
+    // theirs; we yield the group to them and carry the tenant by nice from the next tick on.
+    if (g.written) {
+      const auto now = read_cgroup_cpu_value(layout_->version, dir);
+      if (now && *now != *g.written) {
+        spdlog::warn(
+            "userspace backend: cgroup {}: {} was changed to {} by someone else (zernel wrote "
+            "{}); leaving the group to its owner, its tenant's share goes by nice",
+            g.path, cgroup_cpu_file(layout_->version), *now, *g.written);
+        refused_[dir] = {g.inode, "its cgroup " + g.path + "'s weight is managed by someone else"};
+        it = groups_.erase(it);
+        journal_dirty_ = true;
+        continue;
       }
     }
-  }
-  if (tree_ && p.group && p.want_group == p.group) {
-    auto w = group_weights_.find(*p.group);
-    if (w != group_weights_.end() && w->second != p.want_weight) {
-      if (auto r = tree_->set_tenant_weight(*p.group, p.want_weight); r) {
+    // Written only once the journal holds the value (and with it the original).
+    const bool journaled = std::find(g.journaled.begin(), g.journaled.end(), g.want) !=
+                           g.journaled.end();
+    if (g.want != g.written.value_or(g.original) && journaled) {
+      if (auto r = write_cgroup_cpu_value(layout_->version, dir, g.want); r) {
         ++stats_.weight_writes;
-        w->second = p.want_weight;
+        if (!g.written) {
+          spdlog::info("userspace backend: cgroup {}: {} {} (was {}) for its tenant", g.path,
+                       cgroup_cpu_file(layout_->version), g.want, g.original);
+        }
+        g.written = g.want;
+        if (g.journaled.size() > 1) journal_dirty_ = true;  // the old value is gone now
       } else {
-        write_failed(pid, p, "writing the tenant weight: " + r.error().message(), r.error().code());
+        ++stats_.write_errors;
+        spdlog::warn("userspace backend: cgroup {}: writing {} {}: {}; its tenant's share goes "
+                     "by nice",
+                     g.path, cgroup_cpu_file(layout_->version), g.want, r.error().message());
+        refused_[dir] = {g.inode, "writing its cgroup " + g.path + "'s weight failed"};
+        g.wanted = false;
+        journal_dirty_ = true;
       }
+    } else if (!g.written && g.want == g.original) {
+      g.written = g.want;  // already holds the value: nothing to write
     }
+    ++it;
   }
+}
+
+void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
+  // The tenant share by nice when its cgroup cannot carry it.
+  std::int32_t priority = p.priority;
+  if (p.share == TenantShare::nice) priority += tenant_priority_shift(p.tenant_weight);
+  const std::int32_t want_nice_all = policy::nice_for_priority(priority);
   // nice and affinity, per thread.
   for (auto it = p.threads.begin(); it != p.threads.end();) {
     const std::uint32_t tid = it->first;
@@ -514,15 +528,15 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
       ++it;
       continue;
     }
-    bool thread_gone = false;
+    bool thread_gone_now = false;
     // Never weaker than the thread's original ("Never weaker than before" in the header).
-    const std::int32_t want_nice = std::min(p.want_nice, t.orig_nice);
+    const std::int32_t want_nice = std::min(want_nice_all, t.orig_nice);
     if (want_nice != t.nice.value_or(t.orig_nice)) {
       if (const int e = set_nice(tid, want_nice); e == 0) {
         ++stats_.nice_writes;
         t.nice = want_nice;
-      } else if (gone(e)) {
-        thread_gone = true;
+      } else if (thread_gone(e)) {
+        thread_gone_now = true;
       } else {
         write_failed(
             pid, p,
@@ -534,19 +548,19 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
       auto in_node = intersect(p.want_cpus, t.orig_cpus);
       if (!in_node.empty()) want = std::move(in_node);
     }
-    if (!thread_gone && want != t.cpus.value_or(t.orig_cpus)) {
+    if (!thread_gone_now && want != t.cpus.value_or(t.orig_cpus)) {
       if (const int e = set_cpus(tid, want); e == 0) {
         ++stats_.affinity_writes;
         t.cpus = std::move(want);
-      } else if (gone(e)) {
-        thread_gone = true;
+      } else if (thread_gone(e)) {
+        thread_gone_now = true;
       } else {
         write_failed(pid, p, "setting the affinity of thread " + std::to_string(tid), e);
       }
     }
-    it = thread_gone ? p.threads.erase(it) : std::next(it);
+    it = thread_gone_now ? p.threads.erase(it) : std::next(it);
   }
-  p.cur_nice = std::min(p.want_nice, p.orig_nice);
+  p.cur_nice = std::min(want_nice_all, p.orig_nice);
   std::vector<std::uint32_t> cur = p.orig_cpus;
   if (!p.want_cpus.empty()) {
     auto in_node = intersect(p.want_cpus, p.orig_cpus);
@@ -557,49 +571,51 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
 
 // ---- restore ----
 
-// Back to the group the process came from; when that group no longer exists (removed while the
-// process was in a tenant group), to the hierarchy's root rather than leaving it with us.
-Result<void> UserspaceBackend::move_home(std::uint32_t pid, const ProcState& p) {
-  const auto dir = cgroup_dir(tree_->layout(), *p.orig_cgroup);
-  if (dir) {
-    auto r = CgroupTree::move(*dir, pid);
-    if (r || r.error().code() != ENOENT) {
-      if (!r) return r.error().context("moving it back to cgroup " + *p.orig_cgroup);
-      return r;
-    }
-  }
-  spdlog::warn("userspace backend: pid {}: its original cgroup {} is gone; moving it to {}", pid,
-               *p.orig_cgroup, tree_->layout().mount_point);
-  auto r = CgroupTree::move(tree_->layout().mount_point, pid);
-  if (!r) return r.error().context("moving it to the root cgroup");
-  return r;
-}
-
 void UserspaceBackend::restore(std::uint32_t pid, ProcState& p) {
   if (!process_running(opts_.proc_root, pid, p.start)) return;  // exited (or the pid was reused)
-  for (auto& [tid, t] : p.threads) {
-    const bool nice_changed = t.nice && *t.nice != t.orig_nice;
-    const bool cpus_changed = t.cpus && *t.cpus != t.orig_cpus;
-    if (!nice_changed && !cpus_changed) continue;
-    if (!same_thread(opts_.proc_root, pid, tid, t.start)) continue;
-    if (nice_changed) {
-      if (const int e = set_nice(tid, t.orig_nice); e != 0 && !gone(e)) {
-        write_failed(
-            pid, p,
-            "restoring nice " + std::to_string(t.orig_nice) + " of thread " + std::to_string(tid),
-            e);
+  auto tids = collect::read_thread_ids(opts_.proc_root, pid);
+  for (const std::uint32_t tid : tids ? *tids : std::vector<std::uint32_t>{}) {
+    auto it = p.threads.find(tid);
+    if (it != p.threads.end() && same_thread(opts_.proc_root, pid, tid, it->second.start)) {
+      ThreadState& t = it->second;
+      if (t.nice && *t.nice != t.orig_nice) {
+        if (const int e = set_nice(tid, t.orig_nice); e != 0 && !thread_gone(e)) {
+          write_failed(pid, p,
+                       "restoring nice " + std::to_string(t.orig_nice) + " of thread " +
+                           std::to_string(tid),
+                       e);
+        }
+      }
+      if (t.cpus && *t.cpus != t.orig_cpus) {
+        if (const int e = set_cpus(tid, t.orig_cpus); e != 0 && !thread_gone(e)) {
+          write_failed(pid, p, "restoring the affinity of thread " + std::to_string(tid), e);
+        }
+      }
+      continue;
+    }
+    // Born since the last tick: it inherited its creator's values at clone. This backend only
+    // lowers nice and only gives the applied affinity, so those are the values to undo (the
+    // same rule as the journal replay, restore.hpp); anything else its owner set.
+    if (!p.have_orig) continue;
+    std::int32_t nice = 0;
+    std::vector<std::uint32_t> cpus;
+    if (get_nice(tid, nice) != 0 || get_cpus(tid, cpus) != 0) continue;
+    bool wrote = false;
+    if (nice < p.orig_nice) {
+      if (const int e = set_nice(tid, p.orig_nice); e == 0) {
+        wrote = true;
+      } else if (!thread_gone(e)) {
+        write_failed(pid, p, "restoring nice of new thread " + std::to_string(tid), e);
       }
     }
-    if (cpus_changed) {
-      if (const int e = set_cpus(tid, t.orig_cpus); e != 0 && !gone(e)) {
-        write_failed(pid, p, "restoring the affinity of thread " + std::to_string(tid), e);
+    if (p.cur_cpus && *p.cur_cpus != p.orig_cpus && cpus == *p.cur_cpus) {
+      if (const int e = set_cpus(tid, p.orig_cpus); e == 0) {
+        wrote = true;
+      } else if (!thread_gone(e)) {
+        write_failed(pid, p, "restoring the affinity of new thread " + std::to_string(tid), e);
       }
     }
-  }
-  if (tree_ && p.group && p.orig_cgroup) {
-    if (auto r = move_home(pid, p); !r && !pid_gone(r.error())) {
-      write_failed(pid, p, r.error().message(), r.error().code());
-    }
+    if (wrote) ++stats_.unlisted_restored;
   }
 }
 
@@ -608,12 +624,13 @@ void UserspaceBackend::forget(std::uint32_t pid) {
   if (it == procs_.end()) return;
   restore(pid, it->second);
   procs_.erase(it);
-  journal_dirty_ = true;  // rewritten on the next apply (a stale entry is harmless: start times)
+  // Rewritten on the next apply (a stale entry is harmless: start times); a group it alone held
+  // goes back to its original on that apply too.
+  journal_dirty_ = true;
 }
 
 Result<void> UserspaceBackend::shutdown() {
-  // A backend whose create() failed owns nothing: the journal and groups may be another
-  // daemon's.
+  // A backend whose create() failed owns nothing: the journal may be another daemon's.
   if (shut_down_ || !active_) return Ok{};
   shut_down_ = true;
   const std::uint64_t errors_before = stats_.write_errors;
@@ -622,12 +639,23 @@ Result<void> UserspaceBackend::shutdown() {
     restore(pid, p);
     threads += p.threads.size();
   }
-  if (tree_) empty_tenant_groups(*tree_, tree_->layout().mount_point);
+  std::size_t groups = 0;
+  bool groups_left = false;
+  for (const auto& [dir, g] : groups_) {
+    if (g.written) ++groups;
+    if (!restore_group(dir, g)) groups_left = true;
+  }
   spdlog::info(
-      "userspace backend: restored the original nice, affinity and cgroup of {} "
-      "process(es) ({} thread(s))",
-      procs_.size(), threads);
+      "userspace backend: restored the original nice and affinity of {} process(es) ({} "
+      "thread(s), {} born since the last tick) and the CPU weight of {} cgroup(s)",
+      procs_.size(), threads + stats_.unlisted_restored, stats_.unlisted_restored, groups);
   procs_.clear();
+  if (groups_left) {
+    // The journal keeps what could not be put back, for the next start to retry.
+    return Error(EIO, "userspace backend: a cgroup weight could not be restored (logged above); "
+                      "the journal " + opts_.journal_path + " is kept for the next start");
+  }
+  groups_.clear();
   if (::unlink(opts_.journal_path.c_str()) != 0 && errno != ENOENT) {
     return errno_error("userspace backend: removing " + opts_.journal_path);
   }

@@ -1,6 +1,6 @@
 // The userspace backend on real child processes (nice and affinity are real syscalls) with a
-// fake sysfs (NUMA nodes) and a fake cgroup tree in a temp dir; one test on the host's real cpu
-// cgroup hierarchy when it is writable.
+// fake sysfs (NUMA nodes) and fake cgroup trees in a temp dir; the tenant-weight tests that need a
+// process in a group of its own use the host's real cpu cgroup hierarchy when it is writable.
 
 #include "enforce/userspace/userspace_backend.hpp"
 
@@ -247,110 +247,267 @@ TEST_F(UserspaceBackendTest, makes_no_change_whose_original_cannot_be_journaled)
   EXPECT_GE(b->stats().write_errors, 1U);
 }
 
-TEST_F(UserspaceBackendTest, moves_tenant_processes_into_a_group_with_cpu_shares_and_back) {
-  Child a(2);
+// Threads born after the last tick inherit what the backend set at clone (nice -10 here, and the
+// node's CPUs); at shutdown they go back to the process's originals like the threads it saw.
+TEST_F(UserspaceBackendTest, shutdown_restores_threads_born_after_the_last_tick) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 CPUs";
+  UserspaceOptions o = options();
+  std::filesystem::remove_all(t_.path() / "sys");
+  write_file(t_.path() / "sys/devices/system/node/node0/cpulist", "0\n");
+  write_file(t_.path() / "sys/devices/system/node/node1/cpulist", "1\n");
   Child c(1);
-  UserspaceOptions o = options(true);
-  const bool v2 = o.cgroup->version == CgroupVersion::v2;
-  const std::string file = v2 ? "cg/zernel/tenant-2/cpu.weight" : "cg/zernel/tenant-2/cpu.shares";
-  // The child's real group, mirrored in the fake tree so that the move back has a target.
-  auto orig =
-      cpu_cgroup_path(o.cgroup->version, read_file("/proc/" + std::to_string(a.pid()) + "/cgroup"));
-  if (!orig) GTEST_SKIP() << "no cpu cgroup line of this version in /proc/PID/cgroup";
-  const auto orig_dir = cgroup_dir(*o.cgroup, *orig);
-  ASSERT_TRUE(orig_dir);
-  std::filesystem::create_directories(*orig_dir);
+  const auto before = cpus_of(c.pid());
+  ASSERT_GE(before.size(), 2U);
   auto b = make(o);
   ASSERT_TRUE(b);
-  policy::Decision da = decision(a.pid(), 5);
-  da.tenant = 2;
-  da.tenant_weight = 150;
-  const policy::Decision dc = decision(c.pid(), 0);  // no tenant: stays where it is
-  std::vector<policy::Decision> ds{da, dc};
-  ASSERT_TRUE(b->apply(ds));
-  EXPECT_EQ(read_file(t_.path() / file), v2 ? "150\n" : "1536\n");
-  EXPECT_EQ(read_file(t_.path() / "cg/zernel/tenant-2/cgroup.procs"),
-            std::to_string(a.pid()) + "\n");
-  EXPECT_EQ(b->stats().cgroup_moves, 1U);
-  EXPECT_EQ(b->stats().weight_writes, 1U);
-  ASSERT_TRUE(b->apply(ds));
-  EXPECT_EQ(b->stats().cgroup_moves, 1U);  // unchanged: nothing written
-  EXPECT_EQ(b->stats().weight_writes, 1U);
-  ds[0].tenant_weight = 50;  // the tenant's weight changed (another tenant joined)
-  ASSERT_TRUE(b->apply(ds));
-  EXPECT_EQ(read_file(t_.path() / file), v2 ? "50\n" : "512\n");
-  EXPECT_EQ(b->stats().weight_writes, 2U);
-  // The journal holds the original cgroup (this host's cpu path of the child).
+  policy::Decision d = decision(c.pid(), 10);
+  d.gpu_id = 0;
+  d.preferred_cpu = 1;
+  ASSERT_TRUE(b->apply({&d, 1}));
+  ASSERT_EQ(nice_of(c.pid()), -10);
+  c.add_thread();
+  c.add_thread();
+  ASSERT_EQ(c.tids().size(), 3U);
+  for (const std::uint32_t tid : c.tids()) {
+    ASSERT_EQ(nice_of(tid), -10);
+    ASSERT_EQ(cpus_of(tid), std::vector<std::uint32_t>{1});
+  }
+  ASSERT_TRUE(b->shutdown());
+  for (const std::uint32_t tid : c.tids()) {
+    EXPECT_EQ(nice_of(tid), 0) << tid;
+    EXPECT_EQ(cpus_of(tid), before) << tid;
+  }
+  EXPECT_EQ(b->stats().unlisted_restored, 2U);
+}
+
+// The same for forget(): the daemon stops tracking a process that still runs.
+TEST_F(UserspaceBackendTest, forget_restores_threads_born_after_the_last_tick) {
+  Child c(1);
+  auto b = make(options());
+  ASSERT_TRUE(b);
+  const policy::Decision d = decision(c.pid(), 10);
+  ASSERT_TRUE(b->apply({&d, 1}));
+  c.add_thread();
+  const std::uint32_t mine = c.tids().back();
+  c.add_thread();
+  const std::uint32_t own = c.tids().back();
+  ASSERT_EQ(::setpriority(PRIO_PROCESS, own, 4), 0);  // set by its owner, not by the backend
+  b->forget(c.pid());
+  EXPECT_EQ(nice_of(c.pid()), 0);
+  EXPECT_EQ(nice_of(mine), 0);
+  EXPECT_EQ(nice_of(own), 4);
+}
+
+// The journal lists, per process, the originals a thread born later is restored to.
+TEST_F(UserspaceBackendTest, the_journal_holds_each_processs_originals_for_threads_born_later) {
+  Child c(1);
+  ASSERT_EQ(::setpriority(PRIO_PROCESS, c.pid(), 3), 0);
+  UserspaceOptions o = options();
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  const policy::Decision d = decision(c.pid(), 10);
+  ASSERT_TRUE(b->apply({&d, 1}));
   auto j = read_journal(o.journal_path);
   ASSERT_TRUE(j && j->has_value());
-  ASSERT_TRUE(j.value()->cgroup.has_value());
-  bool found = false;
-  for (const auto& p : (*j)->processes) {
-    if (p.pid == a.pid()) found = p.cgroup.has_value();
-  }
-  EXPECT_TRUE(found);
-  // Unassigned: back to the original group.
-  ds[0].tenant = policy::kNoTenant;
-  ASSERT_TRUE(b->apply(ds));
-  EXPECT_EQ(b->stats().cgroup_moves, 2U);
-  EXPECT_EQ(read_file(*orig_dir + "/cgroup.procs"), std::to_string(a.pid()) + "\n");
-  EXPECT_EQ(b->stats().write_errors, 0U);
+  ASSERT_EQ((*j)->processes.size(), 1U);
+  EXPECT_EQ((*j)->processes[0].pid, c.pid());
+  EXPECT_EQ((*j)->processes[0].nice, 3);
+  EXPECT_EQ((*j)->processes[0].cpus, cpus_of(c.pid()));
+  EXPECT_TRUE((*j)->processes[0].applied_cpus.empty());  // one node: no affinity given
 }
 
-TEST_F(UserspaceBackendTest, the_real_cpu_cgroup_holds_the_tenant_and_shutdown_removes_it) {
-  auto layout = detect_cpu_cgroup_from("/proc/self/mountinfo");
-  if (!layout) GTEST_SKIP() << layout.error().message();
-  UserspaceOptions o = options();
-  o.use_cgroups = true;
-  o.cgroup = *layout;
-  o.cgroup_name = "zernel-unit-" + std::to_string(::getpid());
+// A tenant process in the root group (where every process of this host's cpu hierarchy runs) or
+// with no cpu hierarchy: its share goes through nice, shifted by the tenant weight (150: +2
+// levels), and no cgroup file is written or any process moved.
+TEST_F(UserspaceBackendTest, a_tenant_in_the_root_group_gets_its_share_as_a_nice_shift) {
   Child c(2);
-  std::string before = read_file("/proc/" + std::to_string(c.pid()) + "/cgroup");
-  auto b = UserspaceBackend::create(o);
-  ASSERT_TRUE(b) << b.error().message();
-  policy::Decision d = decision(c.pid(), 5);
-  d.tenant = 1;
-  d.tenant_weight = 300;
-  ASSERT_TRUE((*b)->apply({&d, 1}));
-  if ((*b)->stats().cgroup_moves == 0) {
-    (void)(*b)->shutdown();
-    GTEST_SKIP() << "the cpu cgroup hierarchy is not writable here";
-  }
-  const std::string group = "/" + o.cgroup_name + "/tenant-1";
-  EXPECT_NE(read_file("/proc/" + std::to_string(c.pid()) + "/cgroup").find(group),
-            std::string::npos);
-  const std::string file = layout->version == CgroupVersion::v2 ? "cpu.weight" : "cpu.shares";
-  EXPECT_EQ(read_file((*b)->cgroups()->tenant_dir(1) + "/" + file),
-            layout->version == CgroupVersion::v2 ? "300\n" : "3072\n");
-  ASSERT_TRUE((*b)->shutdown()) << "restore";
-  EXPECT_EQ(read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"), before);
-  EXPECT_FALSE(std::filesystem::exists(layout->mount_point + "/" + o.cgroup_name));
-}
-
-TEST_F(UserspaceBackendTest, a_process_whose_original_group_was_removed_goes_to_the_root_group) {
-  auto layout = detect_cpu_cgroup_from("/proc/self/mountinfo");
-  if (!layout) GTEST_SKIP() << layout.error().message();
-  const std::string home = layout->mount_point + "/zernel-unit-home-" + std::to_string(::getpid());
-  if (::mkdir(home.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << home;
-  Child c(1);
-  const std::string pid = std::to_string(c.pid());
-  ASSERT_TRUE(write_cgroup_file(home + "/cgroup.procs", pid + "\n"));
   UserspaceOptions o = options();
   o.use_cgroups = true;
-  o.cgroup = *layout;
-  o.cgroup_name = "zernel-unit-" + std::to_string(::getpid());
+  o.cgroup = CpuCgroupLayout{CgroupVersion::v2, t_.str("cg"), "/"};
+  write_file(t_.path() / "cg/cpu.weight", "100\n");
+  write_file(t_.path() / "cg/cgroup.procs", std::to_string(c.pid()) + "\n");
+  // The child's real /proc/PID/cgroup line of this version decides its group.
+  auto orig = cpu_cgroup_path(CgroupVersion::v2, read_file("/proc/" + std::to_string(c.pid()) +
+                                                             "/cgroup"));
+  if (!orig || *orig != "/") GTEST_SKIP() << "the test process is not in the v2 root group";
   auto b = make(o);
   ASSERT_TRUE(b);
   policy::Decision d = decision(c.pid(), 0);
-  d.tenant = 0;
+  d.tenant = 1;
+  d.tenant_weight = 150;
   ASSERT_TRUE(b->apply({&d, 1}));
-  ASSERT_EQ(b->stats().cgroup_moves, 1U);
-  EXPECT_EQ(::rmdir(home.c_str()), 0);  // empty now: the process is in the tenant group
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::nice);
+  EXPECT_NE(b->tenant_share_text(c.pid()).find("root cgroup"), std::string::npos)
+      << b->tenant_share_text(c.pid());
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), -2) << tid;
+  EXPECT_EQ(read_file(t_.path() / "cg/cpu.weight"), "100\n");
+  EXPECT_EQ(b->stats().weight_writes, 0U);
+  ASSERT_TRUE(b->shutdown());
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 0) << tid;
+}
+
+TEST_F(UserspaceBackendTest, without_a_cpu_hierarchy_a_tenants_share_goes_by_nice) {
+  Child c(1);
+  auto b = make(options());  // use_cgroups = false
+  ASSERT_TRUE(b);
+  policy::Decision d = decision(c.pid(), 5);
+  d.tenant = 0;
+  d.tenant_weight = 50;  // -3 levels: priority 5 - 3 = 2 -> nice -2
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::nice);
+  EXPECT_EQ(nice_of(c.pid()), -2);
   d.tenant = policy::kNoTenant;
   ASSERT_TRUE(b->apply({&d, 1}));
-  EXPECT_EQ(b->stats().write_errors, 0U);
-  EXPECT_EQ(cpu_cgroup_path(layout->version, read_file("/proc/" + pid + "/cgroup")), "/");
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::none);
+  EXPECT_EQ(nice_of(c.pid()), -5);
+}
+
+// On the host's real cpu hierarchy: a group of its own under a private parent
+// (<mount>/zernel-unit-PID/job). Skips where the hierarchy is not writable.
+class RealCgroupTest : public UserspaceBackendTest {
+ protected:
+  void SetUp() override {
+    UserspaceBackendTest::SetUp();
+    if (IsSkipped()) return;
+    auto layout = detect_cpu_cgroup_from("/proc/self/mountinfo");
+    if (!layout) GTEST_SKIP() << layout.error().message();
+    layout_ = *layout;
+    parent_ = layout_.mount_point + "/zernel-unit-" + std::to_string(::getpid());
+    if (::mkdir(parent_.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << parent_;
+    if (layout_.version == CgroupVersion::v2) {
+      (void)write_cgroup_file(layout_.mount_point + "/cgroup.subtree_control", "+cpu");
+      (void)write_cgroup_file(parent_ + "/cgroup.subtree_control", "+cpu");
+    }
+    job_ = parent_ + "/job";
+    if (::mkdir(job_.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << job_;
+    if (!read_cgroup_cpu_value(layout_.version, job_)) {
+      GTEST_SKIP() << "no " << cgroup_cpu_file(layout_.version) << " in " << job_;
+    }
+    original_ = *read_cgroup_cpu_value(layout_.version, job_);
+  }
+  void TearDown() override {
+    // Members back to the root group, then the groups go.
+    for (const std::string& dir : {job_, parent_}) {
+      if (dir.empty()) continue;
+      if (auto procs = read_cgroup_procs(dir)) {
+        for (const std::uint32_t pid : *procs) {
+          (void)write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(pid));
+        }
+      }
+    }
+    if (!job_.empty()) ::rmdir(job_.c_str());
+    if (!parent_.empty()) ::rmdir(parent_.c_str());
+  }
+  bool enter(const Child& c) {
+    return static_cast<bool>(write_cgroup_file(job_ + "/cgroup.procs", std::to_string(c.pid())));
+  }
+  std::string path_of(const Child& c) const {
+    return cpu_cgroup_path(layout_.version,
+                           read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"))
+        .value_or("?");
+  }
+  std::uint64_t weight() const { return read_cgroup_cpu_value(layout_.version, job_).value_or(0); }
+  UserspaceOptions real_options() {
+    UserspaceOptions o = options();
+    o.use_cgroups = true;
+    o.cgroup = layout_;
+    return o;
+  }
+  CpuCgroupLayout layout_;
+  std::string parent_;
+  std::string job_;
+  std::uint64_t original_ = 0;
+};
+
+// The tenant's process stays in the group its owner placed it in; that group's weight becomes the
+// tenant's (300: cpu.weight 300, cpu.shares 3072), journaled first, and goes back at shutdown.
+TEST_F(RealCgroupTest, a_group_of_the_tenant_alone_carries_its_weight_and_nothing_moves) {
+  Child c(2);
+  ASSERT_TRUE(enter(c));
+  const std::string where = path_of(c);
+  UserspaceOptions o = real_options();
+  auto b = make(o);
+  ASSERT_TRUE(b);
+  policy::Decision d = decision(c.pid(), 0);
+  d.tenant = 1;
+  d.tenant_weight = 300;
+  ASSERT_TRUE(b->apply({&d, 1}));
+  const std::uint64_t want = layout_.version == CgroupVersion::v2 ? 300 : 3072;
+  EXPECT_EQ(weight(), want);
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
+  EXPECT_EQ(path_of(c), where);  // not moved
+  for (const std::uint32_t tid : c.tids()) EXPECT_EQ(nice_of(tid), 0) << tid;  // no nice shift
+  auto j = read_journal(o.journal_path);
+  ASSERT_TRUE(j && j->has_value());
+  ASSERT_EQ((*j)->weights.size(), 1U);
+  EXPECT_EQ((*j)->weights[0].dir, job_);
+  EXPECT_EQ((*j)->weights[0].original, original_);
+  EXPECT_EQ((*j)->weights[0].written, std::vector<std::uint64_t>{want});
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(b->stats().weight_writes, 1U);  // unchanged: not written again
+  d.tenant_weight = 100;  // the tenant's weight changed (another tenant joined)
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(weight(), layout_.version == CgroupVersion::v2 ? 100U : 1024U);
   ASSERT_TRUE(b->shutdown());
+  EXPECT_EQ(weight(), original_);
+  EXPECT_EQ(path_of(c), where);
+  EXPECT_FALSE(std::filesystem::exists(o.journal_path));
+}
+
+// Another process (of no tenant) joins the group: its weight goes back at once and the tenant's
+// share goes through nice; when it leaves, the group carries the tenant again.
+TEST_F(RealCgroupTest, a_group_that_becomes_shared_gets_its_original_back_and_nice_takes_over) {
+  Child c(1);
+  Child other(1);
+  ASSERT_TRUE(enter(c));
+  auto b = make(real_options());
+  ASSERT_TRUE(b);
+  policy::Decision d = decision(c.pid(), 0);
+  d.tenant = 0;
+  d.tenant_weight = 150;
+  ASSERT_TRUE(b->apply({&d, 1}));
+  ASSERT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
+  ASSERT_NE(weight(), original_);
+  ASSERT_TRUE(enter(other));
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(weight(), original_);
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::nice);
+  EXPECT_NE(b->tenant_share_text(c.pid()).find("shared with pid " + std::to_string(other.pid())),
+            std::string::npos)
+      << b->tenant_share_text(c.pid());
+  EXPECT_EQ(nice_of(c.pid()), -2);
+  EXPECT_EQ(nice_of(other.pid()), 0);
+  ASSERT_TRUE(
+      write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(other.pid())));
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
+  EXPECT_NE(weight(), original_);
+  EXPECT_EQ(nice_of(c.pid()), 0);
+  ASSERT_TRUE(b->shutdown());
+  EXPECT_EQ(weight(), original_);
+}
+
+// The group's owner (kubelet, systemd, an operator) writes its own weight while the backend
+// manages the group: the backend yields it to them for the rest of its run and never restores
+// over their value.
+TEST_F(RealCgroupTest, an_owners_own_weight_wins_and_is_not_restored_over) {
+  Child c(1);
+  ASSERT_TRUE(enter(c));
+  auto b = make(real_options());
+  ASSERT_TRUE(b);
+  policy::Decision d = decision(c.pid(), 0);
+  d.tenant = 0;
+  d.tenant_weight = 300;
+  ASSERT_TRUE(b->apply({&d, 1}));
+  ASSERT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
+  const std::uint64_t owners = layout_.version == CgroupVersion::v2 ? 42 : 430;
+  ASSERT_TRUE(write_cgroup_cpu_value(layout_.version, job_, owners));
+  ASSERT_TRUE(b->apply({&d, 1}));
+  ASSERT_TRUE(b->apply({&d, 1}));
+  EXPECT_EQ(weight(), owners);
+  EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::nice);
+  ASSERT_TRUE(b->shutdown());
+  EXPECT_EQ(weight(), owners);
 }
 
 TEST(UserspaceBackend, refuses_to_start_without_cap_sys_nice_fail) {
@@ -369,10 +526,8 @@ TEST(UserspaceBackend, make_backend_builds_it_by_name) {
   if (!privileged()) GTEST_SKIP() << "needs root or CAP_SYS_NICE";
   TempDir t;
   ::setenv(kUserspaceJournalEnv, t.str("journal").c_str(), 1);
-  ::setenv(kUserspaceCgroupEnv, ("zernel-unit-mk-" + std::to_string(::getpid())).c_str(), 1);
   auto b = make_backend("userspace");
   ::unsetenv(kUserspaceJournalEnv);
-  ::unsetenv(kUserspaceCgroupEnv);
   ASSERT_TRUE(b) << b.error().message();
   EXPECT_EQ((*b)->name(), "userspace");
   EXPECT_TRUE((*b)->shutdown());

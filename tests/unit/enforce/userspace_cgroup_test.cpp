@@ -1,9 +1,13 @@
 // The userspace backend's cgroup layer: layout detection from mountinfo on fake trees, the
-// tenant_weight -> cpu.shares / cpu.weight conversion, path mapping, and the subtree it writes.
+// tenant_weight -> cpu.shares / cpu.weight conversion, path mapping, reading and writing a group's
+// weight, and (tenant_share.hpp) which groups may carry a tenant's weight.
 
 #include <gtest/gtest.h>
 
 #include "enforce/userspace/cgroup.hpp"
+#include "enforce/userspace/tenant_share.hpp"
+#include "policy/task_state.hpp"
+#include "support/temp_tree.hpp"
 #include "userspace_test_util.hpp"
 
 namespace zernel::enforce::userspace {
@@ -109,39 +113,130 @@ TEST(UserspaceCgroup, reads_the_cpu_path_of_a_process_for_each_version) {
   EXPECT_EQ(cpu_cgroup_path(CgroupVersion::v1, "2:cpuacct:/a\n3:cpuset:/b\n"), std::nullopt);
 }
 
-TEST(UserspaceCgroup, v2_tree_enables_cpu_and_writes_cpu_weight) {
-  TempDir t;
-  write_file(t.path() / "cgroup.subtree_control", "memory\n");
-  CgroupTree tree(CpuCgroupLayout{CgroupVersion::v2, t.str(), "/"}, "zernel");
-  ASSERT_TRUE(tree.ensure_tenant(3));
-  ASSERT_TRUE(tree.set_tenant_weight(3, 250));
-  EXPECT_EQ(read_file(t.path() / "cgroup.subtree_control"), "+cpu");
-  EXPECT_EQ(read_file(t.path() / "zernel/cgroup.subtree_control"), "+cpu");
-  EXPECT_EQ(read_file(t.path() / "zernel/tenant-3/cpu.weight"), "250\n");
-  EXPECT_EQ(tree.tenant_path(3), "/zernel/tenant-3");
-  EXPECT_EQ(tree.tenant_slots(), std::vector<std::uint16_t>{3});
+TEST(UserspaceCgroup, reads_and_writes_a_groups_weight_and_its_identity) {
+  test_support::TempTree t("zernel-cg");
+  t.write("job/cpu.weight", "100\n");
+  t.write("v1job/cpu.shares", "1024\n");
+  t.write("odd/cpu.weight", "max\n");
+  const std::string job = t.path("job").string();
+  EXPECT_EQ(read_cgroup_cpu_value(CgroupVersion::v2, job), 100U);
+  EXPECT_EQ(read_cgroup_cpu_value(CgroupVersion::v1, t.path("v1job").string()), 1024U);
+  EXPECT_EQ(read_cgroup_cpu_value(CgroupVersion::v2, t.path("odd").string()), std::nullopt);
+  EXPECT_EQ(read_cgroup_cpu_value(CgroupVersion::v2, t.path("none").string()), std::nullopt);
+  ASSERT_TRUE(write_cgroup_cpu_value(CgroupVersion::v2, job, 250));
+  EXPECT_EQ(read_file(t.path("job/cpu.weight")), "250\n");
+  EXPECT_TRUE(cgroup_inode(job).has_value());
+  EXPECT_NE(cgroup_inode(job), cgroup_inode(t.path("v1job").string()));
+  EXPECT_EQ(cgroup_inode(t.path("none").string()), std::nullopt);
+  EXPECT_EQ(cgroup_inode(t.path("job/cpu.weight").string()), std::nullopt);  // not a directory
 }
 
-TEST(UserspaceCgroup, v2_tree_leaves_cpu_alone_when_already_enabled) {
-  TempDir t;
-  write_file(t.path() / "cgroup.subtree_control", "cpu memory\n");
-  CgroupTree tree(CpuCgroupLayout{CgroupVersion::v2, t.str(), "/"}, "zernel");
-  ASSERT_TRUE(tree.ensure_subtree());
-  EXPECT_EQ(read_file(t.path() / "cgroup.subtree_control"), "cpu memory\n");
-}
-
-TEST(UserspaceCgroup, v1_tree_writes_cpu_shares_and_moves_by_cgroup_procs) {
-  TempDir t;
-  CgroupTree tree(CpuCgroupLayout{CgroupVersion::v1, t.str(), "/"}, "zernel");
-  ASSERT_TRUE(tree.ensure_tenant(0));
-  ASSERT_TRUE(tree.set_tenant_weight(0, 300));
-  ASSERT_TRUE(CgroupTree::move(tree.tenant_dir(0), 4242));
-  EXPECT_EQ(read_file(t.path() / "zernel/tenant-0/cpu.shares"), "3072\n");
-  EXPECT_EQ(read_file(t.path() / "zernel/tenant-0/cgroup.procs"), "4242\n");
-  EXPECT_FALSE(std::filesystem::exists(t.path() / "cgroup.subtree_control"));  // v1: none
-  auto procs = read_cgroup_procs(tree.tenant_dir(0));
+TEST(UserspaceCgroup, lists_the_processes_of_a_group_and_every_group_below_it) {
+  test_support::TempTree t("zernel-cg");
+  t.write("job/cgroup.procs", "10\n11\n");
+  t.write("job/a/cgroup.procs", "12\n");
+  t.write("job/a/b/cgroup.procs", "13\n");
+  t.write("job/c/cgroup.procs", "");
+  auto procs = read_subtree_procs(t.path("job").string());
   ASSERT_TRUE(procs);
-  EXPECT_EQ(*procs, std::vector<std::uint32_t>{4242});
+  auto pids = procs->pids;
+  std::sort(pids.begin(), pids.end());
+  EXPECT_EQ(pids, (std::vector<std::uint32_t>{10, 11, 12, 13}));
+  EXPECT_TRUE(procs->complete);
+  auto capped = read_subtree_procs(t.path("job").string(), 2);
+  ASSERT_TRUE(capped);
+  EXPECT_FALSE(capped->complete);
+  EXPECT_FALSE(read_subtree_procs(t.path("missing").string()));
+}
+
+// A fake v2 hierarchy: /job1 holds tenant 0's pids 100 and 101 (101 untracked, a child of 100),
+// /shared holds tenant 0's 200 and pid 300 of no tenant, /nocpu has no cpu.weight (its parent did
+// not enable the controller), /nested holds 400 of tenant 0 and, in a child group, 500 of tenant 1;
+// /self holds the daemon (pid 999).
+class TenantShareTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    t_.write("cg/cpu.weight", "100\n");
+    t_.write("cg/job1/cpu.weight", "100\n");
+    t_.write("cg/job1/cgroup.procs", "100\n101\n");
+    t_.write("cg/shared/cpu.weight", "100\n");
+    t_.write("cg/shared/cgroup.procs", "200\n300\n");
+    t_.write("cg/nocpu/cgroup.procs", "600\n");
+    t_.write("cg/nested/cpu.weight", "100\n");
+    t_.write("cg/nested/cgroup.procs", "400\n");
+    t_.write("cg/nested/inner/cgroup.procs", "500\n");
+    t_.write("cg/self/cpu.weight", "100\n");
+    t_.write("cg/self/cgroup.procs", "999\n");
+    layout_ = CpuCgroupLayout{CgroupVersion::v2, t_.path("cg").string(), "/"};
+  }
+  std::optional<std::string> why(std::string_view path, std::uint16_t tenant) {
+    const TenantOfPid tenant_of = [](std::uint32_t pid) -> std::optional<std::uint16_t> {
+      switch (pid) {
+        case 100: case 101: case 200: case 400: case 600: return 0;
+        case 500: return 1;
+        case 300: return policy::kNoTenant;
+        default: return std::nullopt;
+      }
+    };
+    return why_group_cannot_carry(layout_, path, tenant, tenant_of, 999);
+  }
+  test_support::TempTree t_{"zernel-share"};
+  CpuCgroupLayout layout_;
+};
+
+TEST_F(TenantShareTest, a_group_holding_only_the_tenants_processes_carries_its_weight) {
+  EXPECT_EQ(why("/job1", 0), std::nullopt);
+}
+
+TEST_F(TenantShareTest, the_root_group_never_carries_a_tenant) {
+  auto w = why("/", 0);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("root cgroup"), std::string::npos) << *w;
+  // A container's view: the mount shows its own group as the root.
+  layout_.mount_root = "/job1";
+  layout_.mount_point = t_.path("cg/job1").string();
+  EXPECT_TRUE(why("/job1", 0));
+}
+
+TEST_F(TenantShareTest, a_group_shared_with_other_work_goes_by_nice) {
+  auto w = why("/shared", 0);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("shared with pid 300 (no tenant)"), std::string::npos) << *w;
+}
+
+TEST_F(TenantShareTest, a_child_group_of_another_tenant_makes_the_group_shared) {
+  auto w = why("/nested", 0);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("shared with pid 500 (another tenant)"), std::string::npos) << *w;
+}
+
+TEST_F(TenantShareTest, a_group_without_the_cpu_controller_goes_by_nice) {
+  auto w = why("/nocpu", 0);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("no cpu.weight"), std::string::npos) << *w;
+}
+
+TEST_F(TenantShareTest, the_daemons_own_group_is_never_touched) {
+  auto w = why("/self", 0);
+  ASSERT_TRUE(w);
+  EXPECT_NE(w->find("zernel-scheduler itself"), std::string::npos) << *w;
+}
+
+TEST_F(TenantShareTest, a_group_outside_the_mount_or_missing_goes_by_nice) {
+  layout_.mount_root = "/kubepods";
+  EXPECT_TRUE(why("/system.slice/x", 0));
+  layout_.mount_root = "/";
+  EXPECT_TRUE(why("/gone", 0));
+}
+
+TEST(TenantShare, the_priority_shift_is_one_nice_level_per_factor_1_25) {
+  EXPECT_EQ(tenant_priority_shift(100), 0);
+  EXPECT_EQ(tenant_priority_shift(305), 5);   // training class alone: 1.25^5
+  EXPECT_EQ(tenant_priority_shift(33), -5);   // background: 1.25^-5
+  EXPECT_EQ(tenant_priority_shift(150), 2);   // 6 of 8 GPUs: log1.25(1.5) = 1.8
+  EXPECT_EQ(tenant_priority_shift(50), -3);   // log1.25(0.5) = -3.1
+  EXPECT_EQ(tenant_priority_shift(0), -20);   // clamped
+  EXPECT_EQ(tenant_priority_shift(1000000), 20);
 }
 
 TEST(UserspaceCgroup, a_write_to_a_missing_directory_is_an_error_with_errno) {
