@@ -582,7 +582,7 @@ class Parser {
     }
     if (!is_loopback(value)) {
       diag_.warn(where, fmt::format("\"{}\" is not a loopback address", value), &node,
-                 "/metrics and /status (with process command lines) are reachable from other "
+                 "/metrics and /status (with process names and pids) are reachable from other "
                  "machines");
     }
     config_.telemetry.metrics_address = value;

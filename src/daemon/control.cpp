@@ -253,7 +253,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& 
     if (!std::filesystem::exists(dir, ec)) {
       std::filesystem::create_directories(dir, ec);
       if (ec) return Error(ec.value(), what + ": creating " + dir.string() + ": " + ec.message());
-      ::chmod(dir.c_str(), 0755);
+      ::chmod(dir.c_str(), 0700);  // root-only, like the journals in it (the unit: 0700 too)
     }
   }
 
@@ -326,9 +326,13 @@ void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
       on_readable(*it, handler);
     }
   }
-  // Expire slow or silent clients; drop closed ones.
+  expire(now_ns);
+}
+
+void ControlServer::expire(std::uint64_t now_ns) {
   for (Client& c : clients_) {
     if (c.fd >= 0 && now_ns > c.since_ns && now_ns - c.since_ns > kClientTimeoutNs) {
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
       ::close(c.fd);
       c.fd = -1;
     }
@@ -336,13 +340,54 @@ void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
   std::erase_if(clients_, [](const Client& c) { return c.fd < 0; });
 }
 
+namespace {
+
+// A refused peer gets its one-line answer without waiting for it (a socket buffer always takes
+// a line) and is closed at once: it never holds a slot. Its pending input is read first, so that
+// the close does not turn into a reset that could destroy the answer.
+void refuse_now(int fd, const json& reply) {
+  std::string line = reply.dump(-1, ' ', false, json::error_handler_t::replace);
+  line.push_back('\n');
+  (void)::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  char sink[4096];
+  (void)::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+  ::close(fd);
+}
+
+}  // namespace
+
 void ControlServer::accept_all(std::uint64_t now_ns) {
   for (int k = 0; k < 64; ++k) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or an error we cannot act on
-    Client c;
-    c.fd = fd;
-    c.since_ns = now_ns;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      ++refused_;
+      refuse_now(fd, error_reply("permission denied: cannot read the peer's credentials"));
+      continue;
+    }
+    if (cred.uid != 0) {
+      ++refused_;
+      refuse_now(fd, error_reply("permission denied: uid " + std::to_string(cred.uid) +
+                                 " is not root; the control socket accepts only uid 0"));
+      continue;
+    }
+    if (clients_.size() >= kMaxClients) {
+      // Root's new client wins over the oldest one still waiting for its request.
+      auto oldest = clients_.end();
+      for (auto it = clients_.begin(); it != clients_.end(); ++it) {
+        if (it->fd < 0 || it->replying) continue;
+        if (oldest == clients_.end() || it->since_ns < oldest->since_ns) oldest = it;
+      }
+      if (oldest == clients_.end()) {
+        refuse_now(fd, error_reply("busy: too many control connections"));
+        continue;
+      }
+      close_client(oldest->fd);
+      std::erase_if(clients_, [](const Client& c) { return c.fd < 0; });
+    }
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -350,20 +395,10 @@ void ControlServer::accept_all(std::uint64_t now_ns) {
       ::close(fd);
       continue;
     }
+    Client c;
+    c.fd = fd;
+    c.since_ns = now_ns;
     clients_.push_back(std::move(c));
-    Client& added = clients_.back();
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      ++refused_;
-      reply(added, error_reply("permission denied: cannot read the peer's credentials"));
-    } else if (cred.uid != 0) {
-      ++refused_;
-      reply(added, error_reply("permission denied: uid " + std::to_string(cred.uid) +
-                               " is not root; the control socket accepts only uid 0"));
-    } else if (clients_.size() > kMaxClients) {
-      reply(added, error_reply("busy: too many control connections"));
-    }
   }
 }
 

@@ -12,7 +12,11 @@
 // Replies: {"ok":true, ...op-specific fields} or {"ok":false,"error":"reason"}.
 //
 // Only root may talk to the daemon: the server reads the peer's credentials (SO_PEERCRED) and
-// refuses any other uid with an error reply naming it, whatever the socket file's mode. Requests
+// refuses any other uid with an error reply naming it, whatever the socket file's mode; a refused
+// peer is closed at once and never holds one of the kMaxClients slots. When every slot is taken,
+// a new (root) client takes the slot of the oldest one that has not been answered yet, so that
+// idle clients cannot lock root out; every client is closed kClientTimeoutNs after it connected,
+// whether or not anything else wakes the server (expire(), every tick). Requests
 // run on the daemon's loop thread (the engine is single-threaded); a request that fails changes
 // nothing.
 
@@ -72,7 +76,7 @@ class ControlServer {
   // Runs one valid request and returns its reply (with "ok"); called on the loop thread.
   using Handler = std::function<nlohmann::json(const ControlRequest&)>;
 
-  // Creates the directory (0755) when missing and listens at `path` (mode 0600). A stale socket
+  // Creates the directory (0700) when missing and listens at `path` (mode 0600). A stale socket
   // file (nothing accepts on it) is replaced; a live one, or a file that is not a socket, is an
   // error.
   static Result<std::unique_ptr<ControlServer>> listen(const std::string& path);
@@ -87,6 +91,9 @@ class ControlServer {
   // Non-blocking: accepts, reads, runs complete requests through `handler`, writes replies, and
   // closes connections idle for more than kClientTimeoutNs.
   void service(const Handler& handler, std::uint64_t now_ns);
+  // Closes connections older than kClientTimeoutNs. The daemon calls it every tick, so a client
+  // that connects and sends nothing is closed on time even when nothing else wakes the server.
+  void expire(std::uint64_t now_ns);
 
   [[nodiscard]] std::uint64_t requests() const { return requests_; }
   [[nodiscard]] std::uint64_t refused() const { return refused_; }

@@ -16,6 +16,7 @@
 #ifdef ZERNEL_HAVE_PROBES
 #include "collect/probes/cuda_library.hpp"
 #endif
+#include "common/fd_budget.hpp"
 #include "common/log.hpp"
 #include "daemon/signals.hpp"
 #include "daemon/ticker.hpp"
@@ -123,7 +124,15 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
     if (auto r = d->phase_log_.open(d->opts_.phase_log_path); !r) return r.error();
   }
   if (d->opts_.serve_http) {
-    d->http_ = std::make_unique<telemetry::HttpServer>(d->store_);
+    // common/fd_budget.hpp: connections get a bounded share of the descriptors.
+    const std::uint64_t nofile = raise_nofile_limit();
+    const FdBudget budget = fd_budget(nofile);
+    telemetry::HttpLimits limits;
+    limits.max_connections = budget.http_connections;
+    limits.max_per_peer = budget.http_per_peer;
+    spdlog::info("descriptors: limit {}; at most {} HTTP and {} control connections", nofile,
+                 budget.http_connections, ControlServer::kMaxClients);
+    d->http_ = std::make_unique<telemetry::HttpServer>(d->store_, limits);
     const std::uint16_t port = d->opts_.http_port_override != 0 ? d->opts_.http_port_override
                                                                 : cfg.telemetry.metrics_port;
     if (auto r = d->http_->start(cfg.telemetry.metrics_address, port); !r) return r.error();
@@ -245,6 +254,7 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
     if (++n % poll_every == 0 || new_process_appeared()) poll_processes(now);
     sample_signals(now);
     maybe_restart_backend(now);
+    if (control_) control_->expire(monotonic_now_ns());
     decide(now);
     last_decision_ns_ = monotonic_now_ns() - t0;
     decision_latency_.observe(last_decision_ns_);

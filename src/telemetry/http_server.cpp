@@ -1,19 +1,33 @@
 #include "telemetry/http_server.hpp"
 
-#include <httplib.h>
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "telemetry/prometheus.hpp"
 #include "telemetry/status_json.hpp"
 
 namespace zernel::telemetry {
-
-namespace {
-std::atomic<std::uint64_t> g_requests{0};  // diagnostics only
-}
 
 void SnapshotStore::publish(Snapshot s) {
   auto next = std::make_shared<const Snapshot>(std::move(s));
@@ -26,67 +40,709 @@ std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
   return latest_;
 }
 
-HttpServer::HttpServer(const SnapshotStore& store) : store_(store) {}
+std::string_view close_reason_label(HttpClose r) {
+  switch (r) {
+    case HttpClose::deadline: return "deadline";
+    case HttpClose::idle: return "idle";
+    case HttpClose::evicted: return "evicted";
+    case HttpClose::refused: return "refused";
+    case HttpClose::malformed: return "malformed";
+    case HttpClose::write_timeout: return "write_timeout";
+    case HttpClose::nr: break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::uint64_t now_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
+}
+
+bool is_token_char(char c) {
+  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto x = static_cast<unsigned char>(a[i]);
+    const auto y = static_cast<unsigned char>(b[i]);
+    if (std::tolower(x) != std::tolower(y)) return false;
+  }
+  return true;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool has_token(std::string_view list, std::string_view token) {
+  while (!list.empty()) {
+    const std::size_t comma = std::min(list.find(','), list.size());
+    if (iequals(trim(list.substr(0, comma)), token)) return true;
+    list.remove_prefix(std::min(comma + 1, list.size()));
+  }
+  return false;
+}
+
+// One parsed request head.
+struct Request {
+  bool head_only = false;  // HEAD
+  std::string_view path;
+  bool keep_alive = true;
+};
+
+enum class Parse : std::uint8_t { incomplete, complete, bad_request, bad_method, too_large, has_body };
+
+// Parses the head at the start of `in`; on `complete`, `consumed` is its length. Lines end in
+// CRLF or LF; no obsolete line folding, no body.
+Parse parse_head(std::string_view in, const HttpLimits& lim, Request& req, std::size_t& consumed) {
+  // The end of the head: an empty line.
+  std::size_t end = std::string_view::npos;
+  std::size_t pos = 0;
+  std::uint32_t lines = 0;
+  while (pos < in.size()) {
+    const std::size_t nl = in.find('\n', pos);
+    if (nl == std::string_view::npos) break;
+    std::string_view line = in.substr(pos, nl - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    pos = nl + 1;
+    if (line.empty()) {
+      if (lines == 0) continue;  // RFC 9112 2.2: ignore empty lines before the request line
+      end = pos;
+      break;
+    }
+    if (++lines > lim.max_headers + 1) return Parse::too_large;
+  }
+  if (end == std::string_view::npos) {
+    return in.size() >= lim.max_head_bytes ? Parse::too_large : Parse::incomplete;
+  }
+  if (end > lim.max_head_bytes) return Parse::too_large;
+  consumed = end;
+
+  std::string_view head = in.substr(0, end);
+  auto next_line = [&head]() {
+    const std::size_t nl = head.find('\n');
+    std::string_view line = head.substr(0, nl);
+    head.remove_prefix(nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    return line;
+  };
+  std::string_view line;
+  do line = next_line();
+  while (line.empty());
+
+  // Request line: METHOD SP TARGET SP HTTP/1.x
+  const std::size_t sp1 = line.find(' ');
+  const std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
+      line.find(' ', sp2 + 1) != std::string_view::npos) {
+    return Parse::bad_request;
+  }
+  const std::string_view method = line.substr(0, sp1);
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string_view version = line.substr(sp2 + 1);
+  if (method.empty() || !std::all_of(method.begin(), method.end(), is_token_char)) {
+    return Parse::bad_request;
+  }
+  if (target.empty() || target.front() != '/') return Parse::bad_request;
+  for (const char c : target) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return Parse::bad_request;
+  }
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") return Parse::bad_request;
+  req.keep_alive = version == "HTTP/1.1";
+  req.path = target.substr(0, target.find('?'));
+
+  bool bad_method = false;
+  if (method == "HEAD") {
+    req.head_only = true;
+  } else if (method != "GET") {
+    bad_method = true;
+  }
+  bool body = false;
+  for (line = next_line(); !line.empty(); line = next_line()) {
+    if (line.front() == ' ' || line.front() == '\t') return Parse::bad_request;  // folding
+    const std::size_t colon = line.find(':');
+    if (colon == std::string_view::npos || colon == 0) return Parse::bad_request;
+    const std::string_view name = line.substr(0, colon);
+    if (!std::all_of(name.begin(), name.end(), is_token_char)) return Parse::bad_request;
+    const std::string_view value = trim(line.substr(colon + 1));
+    for (const char c : value) {
+      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
+        return Parse::bad_request;
+      }
+    }
+    if (iequals(name, "Connection")) {
+      if (has_token(value, "close")) req.keep_alive = false;
+      if (has_token(value, "keep-alive")) req.keep_alive = true;
+    } else if (iequals(name, "Transfer-Encoding")) {
+      body = true;
+    } else if (iequals(name, "Content-Length")) {
+      if (value != "0") body = true;
+    }
+  }
+  if (bad_method) return Parse::bad_method;
+  if (body) return Parse::has_body;
+  return Parse::complete;
+}
+
+std::string status_line(int code) {
+  switch (code) {
+    case 200: return "HTTP/1.1 200 OK\r\n";
+    case 400: return "HTTP/1.1 400 Bad Request\r\n";
+    case 404: return "HTTP/1.1 404 Not Found\r\n";
+    case 405: return "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n";
+    case 413: return "HTTP/1.1 413 Content Too Large\r\n";
+    case 431: return "HTTP/1.1 431 Request Header Fields Too Large\r\n";
+    case 503: return "HTTP/1.1 503 Service Unavailable\r\n";
+    default: return "HTTP/1.1 500 Internal Server Error\r\n";
+  }
+}
+
+std::shared_ptr<const std::string> text(std::string s) {
+  return std::make_shared<const std::string>(std::move(s));
+}
+
+}  // namespace
+
+class HttpServer::Loop {
+ public:
+  Loop(const SnapshotStore& store, const HttpLimits& limits, int listen_fd, int epoll_fd,
+       int wake_fd)
+      : store_(store), lim_(limits), listen_fd_(listen_fd), ep_(epoll_fd), wake_fd_(wake_fd) {}
+
+  ~Loop() {
+    for (auto& [fd, c] : conns_) ::close(fd);
+    ::close(listen_fd_);
+    ::close(ep_);
+    ::close(wake_fd_);
+  }
+
+  void run();
+  void wake() const {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> open{0};
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(HttpClose::nr)> closed{};
+
+ private:
+  struct Conn {
+    std::string peer;        // the address's bytes: the per-peer cap's key
+    std::string in;          // received, not yet parsed
+    std::string out_head;    // the response being written: head, then body
+    std::shared_ptr<const std::string> body;
+    std::size_t sent = 0;
+    bool writing = false;
+    bool close_after = false;
+    bool got_bytes = false;       // since waiting_since_ms
+    std::uint64_t waiting_since_ms = 0;  // accept, or the end of the last response
+    std::uint64_t request_since_ms = 0;  // the head's deadline counts from here
+    std::uint64_t write_since_ms = 0;
+    std::uint32_t served = 0;
+  };
+
+  void accept_ready(std::uint64_t now);
+  bool make_room(const std::string& peer);
+  void on_event(int fd, std::uint32_t events, std::uint64_t now);
+  void process(int fd, Conn& c, std::uint64_t now);
+  void respond(int fd, Conn& c, const Request& req);
+  void fail(int fd, Conn& c, int code);
+  void start_write(int fd, Conn& c, std::string head, std::shared_ptr<const std::string> body);
+  // False when the connection was closed.
+  bool write_more(int fd, Conn& c, std::uint64_t now);
+  void close_conn(int fd, std::optional<HttpClose> why);
+  void sweep(std::uint64_t now);
+  void count(HttpClose why) { closed[static_cast<std::size_t>(why)].fetch_add(1); }
+  std::shared_ptr<const std::string> metrics_body();
+  std::shared_ptr<const std::string> status_body();
+  void render_failed(const char* what, const std::exception& e);
+
+  const SnapshotStore& store_;
+  const HttpLimits lim_;
+  int listen_fd_;
+  int ep_;
+  int wake_fd_;
+  std::unordered_map<int, Conn> conns_;
+  std::unordered_map<std::string, std::uint32_t> per_peer_;
+  bool accept_paused_ = false;
+  std::uint64_t resume_accept_ms_ = 0;
+  std::uint64_t last_sweep_ms_ = 0;
+  // Rendered once per published snapshot, shared by every connection that asks for it.
+  std::shared_ptr<const Snapshot> metrics_for_;
+  std::shared_ptr<const std::string> metrics_;
+  std::shared_ptr<const Snapshot> status_for_;
+  std::shared_ptr<const std::string> status_;
+  std::uint64_t render_errors_ = 0;
+};
+
+void HttpServer::Loop::run() {
+  std::array<epoll_event, 64> evs{};
+  while (!stopping.load()) {
+    const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 100);
+    const std::uint64_t now = now_ms();
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[static_cast<std::size_t>(i)].data.fd;
+      if (fd == wake_fd_) {
+        std::uint64_t v = 0;
+        (void)!::read(wake_fd_, &v, sizeof(v));
+      } else if (fd == listen_fd_) {
+        accept_ready(now);
+      } else {
+        on_event(fd, evs[static_cast<std::size_t>(i)].events, now);
+      }
+    }
+    if (accept_paused_ && now >= resume_accept_ms_) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.fd = listen_fd_;
+      if (::epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) == 0) accept_paused_ = false;
+    }
+    if (now - last_sweep_ms_ >= 50) {
+      sweep(now);
+      last_sweep_ms_ = now;
+    }
+  }
+}
+
+void HttpServer::Loop::accept_ready(std::uint64_t now) {
+  for (int k = 0; k < 64; ++k) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Level-triggered: the pending connection would wake us at once, forever. Stop
+        // listening for a moment; the descriptors other parts of the daemon need come first.
+        ::epoll_ctl(ep_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+        accept_paused_ = true;
+        resume_accept_ms_ = now + 100;
+      }
+      return;
+    }
+    std::string peer;
+    if (addr.ss_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+      peer.assign(reinterpret_cast<const char*>(&a->sin_addr), sizeof(a->sin_addr));
+    } else if (addr.ss_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+      peer.assign(reinterpret_cast<const char*>(&a->sin6_addr), sizeof(a->sin6_addr));
+    }
+    if (!make_room(peer)) {
+      count(HttpClose::refused);
+      ::close(fd);
+      continue;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = fd;
+    if (::epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      ::close(fd);
+      continue;
+    }
+    Conn& c = conns_[fd];
+    c.peer = std::move(peer);
+    c.waiting_since_ms = now;
+    c.request_since_ms = now;
+    ++per_peer_[c.peer];
+    open.store(conns_.size());
+    // A client's request usually arrives with its connection: serve it now, before the next
+    // accepts of a flood can make this the oldest connection and evict it.
+    on_event(fd, EPOLLIN, now);
+  }
+}
+
+// Room for one more connection from `peer`: evicts, when the table (or the peer's share) is
+// full, the connection waiting longest for a complete request. Connections with a response in
+// flight are not evicted: their write deadline bounds them.
+bool HttpServer::Loop::make_room(const std::string& peer) {
+  const auto peer_it = per_peer_.find(peer);
+  const bool peer_full = peer_it != per_peer_.end() && peer_it->second >= lim_.max_per_peer;
+  const bool table_full = conns_.size() >= lim_.max_connections;
+  if (!peer_full && !table_full) return true;
+  int victim = -1;
+  std::uint64_t oldest = UINT64_MAX;
+  for (const auto& [fd, c] : conns_) {
+    if (c.writing || (peer_full && !table_full && c.peer != peer)) continue;
+    const std::uint64_t since = c.got_bytes ? c.request_since_ms : c.waiting_since_ms;
+    if (since < oldest) {
+      oldest = since;
+      victim = fd;
+    }
+  }
+  if (victim < 0) return false;
+  close_conn(victim, HttpClose::evicted);
+  // Still at the peer's cap after a table-wide eviction: evict one of the peer's too.
+  if (peer_full && table_full) {
+    const auto it = per_peer_.find(peer);
+    if (it != per_peer_.end() && it->second >= lim_.max_per_peer) return make_room(peer);
+  }
+  return true;
+}
+
+void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  Conn& c = it->second;
+  if (c.writing) {
+    if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
+      close_conn(fd, std::nullopt);
+      return;
+    }
+    if (!write_more(fd, c, now)) return;
+    if (!c.writing) process(fd, c, now);  // pipelined requests already buffered
+    return;
+  }
+  // Read what the head buffer has room for; the rest waits in the kernel.
+  bool eof = false;
+  for (;;) {
+    const std::size_t cap = lim_.max_head_bytes * std::size_t{2};
+    if (c.in.size() >= cap) break;
+    char buf[16384];
+    const ssize_t r = ::read(fd, buf, std::min(sizeof(buf), cap - c.in.size()));
+    if (r > 0) {
+      if (!c.got_bytes) {
+        c.got_bytes = true;
+        if (c.served > 0) c.request_since_ms = now;
+      }
+      c.in.append(buf, static_cast<std::size_t>(r));
+      continue;
+    }
+    if (r == 0) {
+      eof = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    close_conn(fd, std::nullopt);
+    return;
+  }
+  process(fd, c, now);
+  // A peer that finished sending: what it asked for is answered (above), then it is closed.
+  if (eof) {
+    auto again = conns_.find(fd);
+    if (again != conns_.end() && !again->second.writing) close_conn(fd, std::nullopt);
+    else if (again != conns_.end()) again->second.close_after = true;
+  }
+}
+
+void HttpServer::Loop::process(int fd, Conn& c, std::uint64_t now) {
+  while (!c.writing) {
+    if (c.in.empty()) return;
+    Request req;
+    std::size_t consumed = 0;
+    switch (parse_head(c.in, lim_, req, consumed)) {
+      case Parse::incomplete: return;
+      case Parse::too_large: fail(fd, c, 431); return;
+      case Parse::bad_request: fail(fd, c, 400); return;
+      case Parse::bad_method: fail(fd, c, 405); return;
+      case Parse::has_body: fail(fd, c, 413); return;
+      case Parse::complete: break;
+    }
+    requests.fetch_add(1);
+    ++c.served;
+    if (c.served >= lim_.max_requests_per_connection) req.keep_alive = false;
+    // Copy the path out: erasing the consumed bytes invalidates the view.
+    const std::string path(req.path);
+    req.path = path;
+    respond(fd, c, req);
+    c.in.erase(0, consumed);
+    c.got_bytes = !c.in.empty();
+    c.request_since_ms = now;
+    if (!write_more(fd, c, now)) return;  // closed
+  }
+}
+
+void HttpServer::Loop::respond(int fd, Conn& c, const Request& req) {
+  int code = 200;
+  std::shared_ptr<const std::string> body;
+  std::string_view type = "text/plain; charset=utf-8";
+  if (req.path == "/metrics") {
+    body = metrics_body();
+    type = "text/plain; version=0.0.4; charset=utf-8";
+  } else if (req.path == "/status") {
+    body = status_body();
+    type = "application/json";
+  } else if (req.path == "/") {
+    static const auto kIndex = text("zernel-scheduler: GET /metrics (Prometheus) or /status (JSON)\n");
+    body = kIndex;
+  } else {
+    static const auto kNotFound = text("not found: try /metrics or /status\n");
+    code = 404;
+    body = kNotFound;
+  }
+  if (!body) {
+    static const auto kInternal = text("internal error\n");
+    code = 500;
+    body = kInternal;
+  }
+  c.close_after = !req.keep_alive;
+  std::string head = status_line(code);
+  head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type, body->size());
+  head += c.close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+  if (req.head_only) body.reset();
+  start_write(fd, c, std::move(head), std::move(body));
+}
+
+void HttpServer::Loop::fail(int fd, Conn& c, int code) {
+  count(HttpClose::malformed);
+  const char* msg = code == 405 ? "only GET and HEAD\n"
+                    : code == 413 ? "no request bodies\n"
+                    : code == 431 ? "request head too large\n"
+                                  : "bad request\n";
+  std::string head = status_line(code);
+  head += fmt::format("Content-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                      std::strlen(msg));
+  c.close_after = true;
+  c.in.clear();
+  start_write(fd, c, std::move(head), text(msg));
+  (void)write_more(fd, c, now_ms());
+}
+
+void HttpServer::Loop::start_write(int fd, Conn& c, std::string head,
+                                   std::shared_ptr<const std::string> body) {
+  c.out_head = std::move(head);
+  c.body = std::move(body);
+  c.sent = 0;
+  c.writing = true;
+  c.write_since_ms = now_ms();
+  (void)fd;
+}
+
+bool HttpServer::Loop::write_more(int fd, Conn& c, std::uint64_t now) {
+  const std::size_t body_size = c.body ? c.body->size() : 0;
+  const std::size_t total = c.out_head.size() + body_size;
+  while (c.sent < total) {
+    iovec iov[2];
+    int n = 0;
+    if (c.sent < c.out_head.size()) {
+      iov[n++] = {c.out_head.data() + c.sent, c.out_head.size() - c.sent};
+      if (body_size > 0) iov[n++] = {const_cast<char*>(c.body->data()), body_size};
+    } else {
+      const std::size_t off = c.sent - c.out_head.size();
+      iov[n++] = {const_cast<char*>(c.body->data()) + off, body_size - off};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<std::size_t>(n);
+    const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        epoll_event ev{};
+        ev.events = EPOLLOUT;
+        ev.data.fd = fd;
+        ::epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+        return true;
+      }
+      close_conn(fd, std::nullopt);
+      return false;
+    }
+    c.sent += static_cast<std::size_t>(w);
+  }
+  if (c.close_after) {
+    close_conn(fd, std::nullopt);
+    return false;
+  }
+  c.writing = false;
+  c.body.reset();
+  c.out_head.clear();
+  c.waiting_since_ms = now;
+  c.request_since_ms = now;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  ::epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+  return true;
+}
+
+void HttpServer::Loop::close_conn(int fd, std::optional<HttpClose> why) {
+  auto it = conns_.find(fd);
+  if (it == conns_.end()) return;
+  if (why) count(*why);
+  if (auto p = per_peer_.find(it->second.peer); p != per_peer_.end() && --p->second == 0) {
+    per_peer_.erase(p);
+  }
+  ::epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+  // Unread input would turn close() into a reset that can destroy a response still in flight;
+  // a final response is out (or abandoned), so a reset is acceptable here.
+  ::close(fd);
+  conns_.erase(it);
+  open.store(conns_.size());
+}
+
+void HttpServer::Loop::sweep(std::uint64_t now) {
+  std::vector<std::pair<int, HttpClose>> expired;
+  for (const auto& [fd, c] : conns_) {
+    if (c.writing) {
+      if (now - c.write_since_ms > lim_.write_deadline_ms) {
+        expired.emplace_back(fd, HttpClose::write_timeout);
+      }
+    } else if (c.served == 0 || c.got_bytes) {
+      if (now - c.request_since_ms > lim_.head_deadline_ms) {
+        expired.emplace_back(fd, HttpClose::deadline);
+      }
+    } else if (now - c.waiting_since_ms > lim_.idle_timeout_ms) {
+      expired.emplace_back(fd, HttpClose::idle);
+    }
+  }
+  for (const auto& [fd, why] : expired) close_conn(fd, why);
+}
+
+void HttpServer::Loop::render_failed(const char* what, const std::exception& e) {
+  // Logged, never sent: the text may name internals. Once per 100 so a hostile process name
+  // (or whatever broke rendering) cannot flood the log at scrape rate.
+  if (render_errors_++ % 100 == 0) {
+    spdlog::error("HTTP {}: rendering failed ({} so far): {}", what, render_errors_, e.what());
+  }
+}
+
+std::shared_ptr<const std::string> HttpServer::Loop::metrics_body() {
+  auto snap = store_.latest();
+  if (snap != metrics_for_ || !metrics_) {
+    try {
+      std::string out = render_prometheus(*snap);
+      metrics_ = text(std::move(out));
+      metrics_for_ = snap;
+    } catch (const std::exception& e) {
+      render_failed("/metrics", e);
+      return nullptr;
+    }
+  }
+  // The server's own counters: current, so not part of the cached rendering.
+  std::string out;
+  out.reserve(metrics_->size() + 1024);
+  out += *metrics_;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it,
+                 "# HELP zernel_scheduler_http_connections Open HTTP connections.\n"
+                 "# TYPE zernel_scheduler_http_connections gauge\n"
+                 "zernel_scheduler_http_connections {}\n"
+                 "# HELP zernel_scheduler_http_connections_limit The HTTP connection cap.\n"
+                 "# TYPE zernel_scheduler_http_connections_limit gauge\n"
+                 "zernel_scheduler_http_connections_limit {}\n"
+                 "# HELP zernel_scheduler_http_closed_total HTTP connections the server closed, "
+                 "by reason.\n"
+                 "# TYPE zernel_scheduler_http_closed_total counter\n",
+                 open.load(), lim_.max_connections);
+  for (std::size_t i = 0; i < closed.size(); ++i) {
+    fmt::format_to(it, "zernel_scheduler_http_closed_total{{reason=\"{}\"}} {}\n",
+                   close_reason_label(static_cast<HttpClose>(i)), closed[i].load());
+  }
+  return text(std::move(out));
+}
+
+std::shared_ptr<const std::string> HttpServer::Loop::status_body() {
+  auto snap = store_.latest();
+  if (snap == status_for_ && status_) return status_;
+  try {
+    // Invalid UTF-8 (a process name is any bytes) becomes U+FFFD instead of an exception.
+    std::string out =
+        status_json(*snap).dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+    out += '\n';
+    status_ = text(std::move(out));
+    status_for_ = snap;
+  } catch (const std::exception& e) {
+    render_failed("/status", e);
+    return nullptr;
+  }
+  return status_;
+}
+
+// ---- HttpServer ----
+
+HttpServer::HttpServer(const SnapshotStore& store, HttpLimits limits)
+    : store_(store), limits_(limits) {
+  limits_.max_connections = std::max<std::uint32_t>(limits_.max_connections, 1);
+  limits_.max_per_peer = std::clamp<std::uint32_t>(limits_.max_per_peer, 1, limits_.max_connections);
+  limits_.max_head_bytes = std::max<std::uint32_t>(limits_.max_head_bytes, 256);
+}
 
 HttpServer::~HttpServer() { stop(); }
 
 Result<void> HttpServer::start(const std::string& address, std::uint16_t port) {
-  if (server_) return Error(EBUSY, "HTTP server already started");
-  auto server = std::make_unique<httplib::Server>();
-  server->set_keep_alive_max_count(16);
-  server->set_read_timeout(5, 0);
-  server->set_write_timeout(5, 0);
-  server->set_payload_max_length(64 * 1024);
-  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which would let a second daemon
-  // bind the same port and silently take half of the scrapes.
-  server->set_socket_options([](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    ++g_requests;
-    res.set_content(render_prometheus(*store_.latest()), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  server->Get("/status", [this](const httplib::Request&, httplib::Response& res) {
-    ++g_requests;
-    res.set_content(status_json(*store_.latest()).dump(2) + "\n", "application/json");
-  });
-  server->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    ++g_requests;
-    res.set_content("zernel-scheduler: GET /metrics (Prometheus) or /status (JSON)\n", "text/plain");
-  });
-  server->set_error_handler([](const httplib::Request&, httplib::Response& res) {
-    if (res.status == 404) res.set_content("not found: try /metrics or /status\n", "text/plain");
-  });
-
-  int bound = 0;
-  if (port == 0) {
-    bound = server->bind_to_any_port(address);
-  } else {
-    bound = server->bind_to_port(address, port) ? port : -1;
+  if (loop_) return Error(EBUSY, "HTTP server already started");
+  const std::string where = "HTTP: cannot listen on " + address + ":" + std::to_string(port);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(address.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 ||
+      res == nullptr) {
+    return Error(EINVAL, where + " (not an IP address)");
   }
-  if (bound <= 0) {
-    return Error(EADDRINUSE, "HTTP: cannot listen on " + address + ":" + std::to_string(port) +
-                                 " (address in use, or not an address of this machine)");
+  const int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    ::freeaddrinfo(res);
+    return errno_error(where + ": socket");
   }
-  port_ = static_cast<std::uint16_t>(bound);
-  server_ = std::move(server);
-  thread_ = std::thread([s = server_.get()] { s->listen_after_bind(); });
-  // stop() only ends a server that is already running: wait for the accept loop (bounded), so a
-  // start() immediately followed by stop() cannot leave the thread listening forever.
-  for (int i = 0; i < 2000 && !server_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // SO_REUSEADDR only, never SO_REUSEPORT: that would let a second daemon bind the same port and
+  // silently take half of the scrapes.
+  int yes = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  const int b = ::bind(fd, res->ai_addr, res->ai_addrlen);
+  const int bind_err = errno;
+  ::freeaddrinfo(res);
+  if (b != 0 || ::listen(fd, 128) != 0) {
+    const int err = b != 0 ? bind_err : errno;
+    ::close(fd);
+    return Error(err, where + " (address in use, or not an address of this machine: " +
+                          std::strerror(err) + ")");
   }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof(bound);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  const int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ep < 0 || wake < 0) {
+    const int err = errno;
+    ::close(fd);
+    if (ep >= 0) ::close(ep);
+    if (wake >= 0) ::close(wake);
+    return errno_error("HTTP: epoll/eventfd", err);
+  }
+  for (const int f : {fd, wake}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = f;
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, f, &ev);
+  }
+  loop_ = std::make_unique<Loop>(store_, limits_, fd, ep, wake);
+  thread_ = std::thread([l = loop_.get()] { l->run(); });
   return Ok{};
 }
 
 void HttpServer::stop() {
-  if (!server_) return;
-  server_->stop();
+  if (!loop_) return;
+  loop_->stopping.store(true);
+  loop_->wake();
   if (thread_.joinable()) thread_.join();
-  server_.reset();
+  loop_.reset();
 }
 
-std::uint64_t HttpServer::requests() const { return g_requests.load(); }
+std::uint64_t HttpServer::requests() const { return loop_ ? loop_->requests.load() : 0; }
+
+HttpStats HttpServer::stats() const {
+  HttpStats s;
+  if (!loop_) return s;
+  s.requests = loop_->requests.load();
+  s.open_connections = loop_->open.load();
+  for (std::size_t i = 0; i < s.closed.size(); ++i) s.closed[i] = loop_->closed[i].load();
+  return s;
+}
 
 }  // namespace zernel::telemetry

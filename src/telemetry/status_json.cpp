@@ -1,12 +1,14 @@
 #include "telemetry/status_json.hpp"
 
+#include "common/utf8.hpp"
+
 namespace zernel::telemetry {
 
 nlohmann::json status_json(const Snapshot& s) {
   using nlohmann::json;
   json tenants = json::array();
   for (const TenantView& t : s.tenants) {
-    tenants.push_back({{"id", t.id},
+    tenants.push_back({{"id", valid_utf8(t.id)},
                        {"gpus", t.gpus},
                        {"class", policy::class_name(t.priority_class)},
                        {"weight", t.weight},
@@ -21,7 +23,7 @@ nlohmann::json status_json(const Snapshot& s) {
           static_cast<double>(t.phase_time_ns[policy::index_of(p)]) / 1e6;
     }
     tasks.push_back({{"pid", t.pid},
-                     {"comm", t.comm},
+                     {"comm", valid_utf8(t.comm)},
                      {"ml", t.is_ml},
                      {"phase", policy::phase_name(t.phase)},
                      {"priority", t.priority},

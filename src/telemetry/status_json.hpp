@@ -4,7 +4,9 @@
 //    "tenants": [{"id", "gpus", "class", "weight", "tasks"}],
 //    "tasks": [{"pid", "comm", "phase", "priority", "weight", "tenant", "gpu_id",
 //               "preferred_cpu", "phase_time_ms": {"DataLoading": ms, ...}}]}
-// Absent values (no tenant, no GPU, no preferred CPU) are null.
+// Absent values (no tenant, no GPU, no preferred CPU) are null. A comm that is not valid UTF-8
+// (any user can name a process "\xff") has U+FFFD for each invalid byte: the document always
+// serialises.
 
 #include <string>
 
