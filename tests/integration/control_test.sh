@@ -40,7 +40,7 @@ TOML
 daemon_pid=$!
 for _ in $(seq 50); do [[ -S $sock ]] && break; sleep 0.1; done
 check "socket created 0600" "[[ \$(stat -c %a $sock) == 600 ]]"
-check "socket dir 0755" "[[ \$(stat -c %a $tmp/run) == 755 ]]"
+check "socket dir 0700 (root only)" "[[ \$(stat -c %a $tmp/run) == 700 ]]"
 
 Z tenant list --socket "$sock" > "$tmp/list0.txt" 2>&1
 check "config tenants loaded at start" "grep -q '^from-config' $tmp/list0.txt"
@@ -93,7 +93,8 @@ rc=$?
 check "top --once exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
 check "top --once shows the process and the timeline" "grep -qE '^ *$sleeper +sleep' $tmp/top.txt && grep -q TIMELINE $tmp/top.txt && ! grep -q $'\x1b' $tmp/top.txt"
 
-# A non-root peer is refused by its credentials even when the file mode lets it connect.
+# A non-root peer is refused by its credentials even when the modes let it connect.
+chmod 755 "$tmp/run"
 chmod 666 "$sock"
 setpriv --reuid=65534 --regid=65534 --clear-groups "$BIN/zernel-scheduler" tenant list --socket "$sock" > "$tmp/nonroot.txt" 2>&1
 rc=$?
