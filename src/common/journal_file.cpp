@@ -1,75 +1,21 @@
 #include "common/journal_file.hpp"
 
-#include <fcntl.h>
+#include "common/trusted_file.hpp"
+
 #include <fmt/format.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 namespace zernel {
-namespace {
-
-Result<void> write_all(int fd, const std::string& text, const std::string& path) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno_error("writing " + path);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return Ok{};
-}
-
-}  // namespace
-
 Result<void> write_file_atomically(const std::string& path, const std::string& text) {
-  const std::filesystem::path p(path);
-  const std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec)) {
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return Error(ec.value(), "creating " + dir + ": " + ec.message());
-    ::chmod(dir.c_str(), 0700);
-  }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return errno_error("creating " + tmp);
-  auto r = write_all(fd, text, tmp);
-  if (r && ::fsync(fd) != 0) r = errno_error("syncing " + tmp);
-  ::close(fd);
-  if (!r) {
-    ::unlink(tmp.c_str());
-    return r;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return errno_error("renaming " + tmp + " to " + path, err);
-  }
-  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
-  return Ok{};
+  return write_trusted_file(path, text);
 }
 
 Result<std::optional<std::string>> read_whole_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT || err == ENOTDIR) return std::optional<std::string>{};
-    return errno_error("reading " + path, err);
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return errno_error("reading " + path);
-  return std::optional<std::string>(ss.str());
+  auto r = read_trusted_file(path, kMaxJournalBytes);
+  if (!r) return r.error();
+  if (!r->has_value()) return std::optional<std::string>{};
+  return std::optional<std::string>(std::move((*r)->text));
 }
 
 Result<void> remove_file(const std::string& path) {

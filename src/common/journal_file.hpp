@@ -15,11 +15,16 @@
 
 namespace zernel {
 
-// Writes PATH.tmp, fsyncs it, renames it over PATH and fsyncs the directory; creates the directory
-// (mode 0700) when it is missing. The file is mode 0600. On failure PATH is untouched.
+// A journal is a few lines per changed setting or thread; anything larger is not one.
+inline constexpr std::size_t kMaxJournalBytes = 16U << 20;
+
+// write_trusted_file (common/trusted_file.hpp): an O_EXCL temporary file in a directory only
+// root can write (created 0700), fsynced and renamed over PATH. The file is mode 0600. On
+// failure PATH is untouched.
 Result<void> write_file_atomically(const std::string& path, const std::string& text);
 
-// The whole file; nullopt when it does not exist.
+// The whole file, read as read_trusted_file does (a regular file, not a link, root's, not
+// writable by others, at most kMaxJournalBytes); nullopt when it does not exist.
 Result<std::optional<std::string>> read_whole_file(const std::string& path);
 
 // Removes PATH; a missing file is not an error.

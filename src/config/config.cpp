@@ -7,36 +7,48 @@
 #include <cstdlib>
 #include <memory>
 
+#include <time.h>
+#include <unistd.h>
+
+#include "common/trusted_file.hpp"
+
 namespace zernel::config {
 namespace {
 
 // A config file is a few KiB; anything this large is a mistake (a log, /dev/zero), not a config.
 constexpr std::size_t kMaxConfigBytes = 4 * 1024 * 1024;
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
+
+// One consistent version of the file: read_trusted_file refuses a read the file changed under;
+// and a file modified in the last kSettleNs may be an editor's write in progress (truncated,
+// half-written, yet parseable), so it is read again after a pause until two reads agree. Editors
+// and deploy tools that replace the file with rename() never wait here.
+constexpr std::int64_t kSettleNs = 200'000'000;
+constexpr int kMaxReads = 5;
+
+std::int64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 
 Result<std::string> read_file(const std::string& path) {
-  std::unique_ptr<std::FILE, FileCloser> file(std::fopen(path.c_str(), "rb"));
-  if (!file) {
-    if (errno == ENOENT) return Error(ENOENT, path + ": no such file");
-    return errno_error(path);
-  }
-  std::string text;
-  char buf[8192];
-  while (true) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, file.get());
-    text.append(buf, n);
-    if (text.size() > kMaxConfigBytes) {
-      return Error(
-          EFBIG, fmt::format("{}: larger than {} bytes; not a config file", path, kMaxConfigBytes));
+  std::optional<std::string> previous;
+  for (int attempt = 0; attempt < kMaxReads; ++attempt) {
+    if (attempt > 0) ::usleep(static_cast<useconds_t>(kSettleNs / 2000));
+    auto r = read_trusted_file(path, kMaxConfigBytes);
+    if (!r && r.error().code() == EAGAIN) continue;
+    if (!r) return r.error();
+    if (!r->has_value()) return Error(ENOENT, path + ": no such file");
+    TrustedText& t = **r;
+    if (realtime_ns() - t.mtime_ns >= kSettleNs || (previous && *previous == t.text)) {
+      return std::move(t.text);
     }
-    if (n < sizeof buf) break;
+    previous = std::move(t.text);
   }
-  // A directory opens fine and fails on read (EISDIR).
-  if (std::ferror(file.get()) != 0) return errno_error(path);
-  return text;
+  return Error(EAGAIN, path + ": still changing after " + std::to_string(kMaxReads) +
+                           " reads; not loaded (write the file elsewhere and rename it into "
+                           "place for an atomic update)");
 }
 
 }  // namespace
