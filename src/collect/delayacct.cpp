@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <utility>
 
+#include "collect/delayacct_share.hpp"
 #include "collect/procfs.hpp"
 #include "common/log.hpp"
 
@@ -54,6 +55,14 @@ Result<void> write_task_delayacct(const std::string& proc_root, bool on) {
 Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root, DelayAcctJournal journal) {
   auto current = read_task_delayacct(proc_root);
   if (!current) return explain(current.error()).context("enabling delay accounting");
+  if (!journal.holders_path.empty()) {
+    auto shared = enable_shared(proc_root, journal, *current);
+    // A daemon that cannot reach the holders file (an unprivileged one: /run/zernel is root's)
+    // cannot write the sysctl either; with the switch already on it just uses it.
+    if (shared || !*current) return shared;
+    spdlog::debug("delay accounting: {}; using it without registering", shared.error().message());
+    journal = {};
+  }
   if (*current) return DelayAcctGuard(std::move(proc_root), true, false, {});
   if (journal.record) {
     if (auto r = journal.record(false); !r) {
@@ -72,6 +81,35 @@ Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root, DelayAcctJo
                           " still reads 0 after writing 1");
   }
   return DelayAcctGuard(std::move(proc_root), false, true, std::move(journal));
+}
+
+Result<DelayAcctGuard> DelayAcctGuard::enable_shared(std::string proc_root,
+                                                     DelayAcctJournal journal, bool current) {
+  auto original = delayacct_join(journal.holders_path, proc_root, current);
+  if (!original) return original.error().context("enabling delay accounting: holders file");
+  // From here this daemon holds the switch: every failure must leave the holders file again.
+  auto fail = [&](Error e) -> Result<DelayAcctGuard> {
+    (void)delayacct_leave(journal.holders_path, proc_root);
+    return e;
+  };
+  if (journal.record) {
+    if (auto r = journal.record(*original); !r) {
+      return fail(r.error().context("enabling delay accounting: recording the original"));
+    }
+  }
+  if (!current) {
+    if (auto w = write_task_delayacct(proc_root, true); !w) {
+      if (journal.forget) (void)journal.forget();
+      return fail(w.error().context("enabling delay accounting"));
+    }
+    auto after = read_task_delayacct(proc_root);
+    if (!after || !*after) {
+      if (journal.forget) (void)journal.forget();
+      return fail(Error(EIO, "enabling delay accounting: " + sysctl_path(proc_root) +
+                                 " does not read 1 after writing 1"));
+    }
+  }
+  return DelayAcctGuard(std::move(proc_root), *original, true, std::move(journal));
 }
 
 DelayAcctGuard::DelayAcctGuard(DelayAcctGuard&& other) noexcept
@@ -98,6 +136,21 @@ DelayAcctGuard::~DelayAcctGuard() {
 Result<void> DelayAcctGuard::restore() {
   if (!changed_) return Ok{};
   changed_ = false;
+  if (!journal_.holders_path.empty()) {
+    auto last = delayacct_leave(journal_.holders_path, proc_root_);
+    if (!last) return last.error().context("restoring kernel.task_delayacct");
+    if (!last->has_value()) {
+      // Another daemon still holds it: it stays on, and that daemon restores it.
+      spdlog::info("kernel.task_delayacct left on: another zernel-scheduler still uses it");
+      if (journal_.forget) return journal_.forget();
+      return Ok{};
+    }
+    original_ = **last;
+    if (original_) {  // it was on before any of us: nothing to write back
+      if (journal_.forget) return journal_.forget();
+      return Ok{};
+    }
+  }
   if (auto w = write_task_delayacct(proc_root_, original_); !w) {
     // The journal keeps the original: the next start retries.
     return w.error().context("restoring kernel.task_delayacct");

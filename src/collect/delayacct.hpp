@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "common/result.hpp"
 
@@ -31,6 +32,10 @@ struct DelayAcctJournal {
   std::function<Result<void>(bool original)> record;
   // Called after restore() wrote the original back; an error is restore()'s.
   std::function<Result<void>()> forget;
+  // The machine-wide holders file (collect/delayacct_share.hpp); empty: this guard alone decides.
+  // With it, the guard registers as a holder, the original is the first holder's, and restore()
+  // writes it back only when no other live daemon holds the switch.
+  std::string holders_path;
 };
 
 class DelayAcctGuard {
@@ -61,11 +66,13 @@ class DelayAcctGuard {
         journal_(std::move(journal)),
         original_(original),
         changed_(changed) {}
+  static Result<DelayAcctGuard> enable_shared(std::string proc_root, DelayAcctJournal journal,
+                                              bool current);
 
   std::string proc_root_;
   DelayAcctJournal journal_;
   bool original_ = false;
-  bool changed_ = false;
+  bool changed_ = false;  // with holders_path: registered as a holder
 };
 
 }  // namespace zernel::collect

@@ -46,6 +46,12 @@ struct MultiTenantConfig {
   bool enabled = false;
   // The class of a [[tenants]] entry that names none.
   policy::PriorityClass default_priority_class = policy::PriorityClass::training;
+  // `tenant assign` refuses processes whose comm matches one of these globs (system daemons a
+  // tenant must never renice or pin); pid 1, kernel threads and the daemon itself are refused
+  // whatever this says. Applied on SIGHUP.
+  std::vector<std::string> protected_comms = {"systemd*", "init",        "sshd",
+                                              "kubelet",  "containerd*", "dockerd",
+                                              "dbus-daemon", "zernel-schedul*"};
 
   bool operator==(const MultiTenantConfig&) const = default;
 };
@@ -92,6 +98,16 @@ struct TenantConfig {
   bool operator==(const TenantConfig&) const = default;
 };
 
+// The sched_ext backend (enforce/scx/scx_backend.hpp).
+struct SchedExtConfig {
+  // Start a full switch even where the kernel cannot hand cpu.max limits to the scheduler
+  // (before Linux 6.17, or without CONFIG_EXT_GROUP_SCHED) while some cgroup has a quota; the
+  // quotas then do not apply. Off: such a start is refused with the cgroup named.
+  bool allow_unenforced_cpu_max = false;
+
+  bool operator==(const SchedExtConfig&) const = default;
+};
+
 struct Config {
   GeneralConfig general;
   policy::PhaseDetectionOptions phase_detection;
@@ -99,6 +115,7 @@ struct Config {
   MultiTenantConfig multi_tenant;
   TelemetryConfig telemetry;
   PowerConfig power;
+  SchedExtConfig sched_ext;
   std::vector<TenantConfig> tenants;  // in file order, ids unique, at most policy::kMaxTenants
 
   bool operator==(const Config&) const = default;

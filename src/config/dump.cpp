@@ -58,6 +58,8 @@ void multi_tenant(std::string& out, const MultiTenantConfig& m) {
   out += fmt::format("enabled = {}\n", flag(m.enabled));
   out += fmt::format("default_priority_class = {}\n",
                      quote(policy::class_name(m.default_priority_class)));
+  out += fmt::format("protected_comms = {}\n",
+                     array(m.protected_comms, [](const std::string& s) { return quote(s); }));
 }
 
 void telemetry(std::string& out, const TelemetryConfig& t) {
@@ -73,6 +75,11 @@ void power(std::string& out, const PowerConfig& p) {
   out += fmt::format("dry_run = {}\n", flag(p.dry_run));
   out += fmt::format("manage_gpu = {}\n", flag(p.manage_gpu));
   out += fmt::format("manage_cpu = {}\n", flag(p.manage_cpu));
+}
+
+void sched_ext(std::string& out, const SchedExtConfig& s) {
+  out += "\n[sched_ext]\n";
+  out += fmt::format("allow_unenforced_cpu_max = {}\n", flag(s.allow_unenforced_cpu_max));
 }
 
 void tenant(std::string& out, const TenantConfig& t) {
@@ -118,6 +125,7 @@ std::string dump_config(const Config& config) {
   multi_tenant(out, config.multi_tenant);
   telemetry(out, config.telemetry);
   power(out, config.power);
+  sched_ext(out, config.sched_ext);
   if (config.tenants.empty()) out += kNoTenantsComment;
   for (const TenantConfig& t : config.tenants) tenant(out, t);
   return out;

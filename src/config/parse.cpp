@@ -330,6 +330,7 @@ class Parser {
     section(root, "multi_tenant", multi_tenant_keys());
     section(root, "telemetry", telemetry_keys());
     const bool power_ok = section(root, "power", power_keys());
+    section(root, "sched_ext", sched_ext_keys());
     tenants(root);
     if (general_ok) check_intervals(root);
     if (phase_ok) check_gpu_thresholds(root);
@@ -341,7 +342,8 @@ class Parser {
 
  private:
   static constexpr std::string_view kSections[] = {
-      "general", "phase_detection", "numa", "multi_tenant", "telemetry", "power", "tenants"};
+      "general", "phase_detection", "numa",     "multi_tenant",
+      "telemetry", "power",         "sched_ext", "tenants"};
 
   void check_top_level(const toml::table& root) {
     for (const auto& [key, node] : root) {
@@ -355,7 +357,7 @@ class Parser {
                      : fmt::format("unknown top-level key \"{}\" (keys belong in a section)", name);
       diag_.error({}, what, &node,
                   "valid sections: [general], [phase_detection], [numa], [multi_tenant], "
-                  "[telemetry], [power], [[tenants]]" +
+                  "[telemetry], [power], [sched_ext], [[tenants]]" +
                       suggestion(name, kSections));
     }
   }
@@ -532,6 +534,12 @@ class Parser {
          [this](const toml::node& v, const std::string& w) {
            return priority_class(v, w, config_.multi_tenant.default_priority_class);
          }},
+        {"protected_comms",
+         [this](const toml::node& v, const std::string& w) {
+           return strings(v, w, config_.multi_tenant.protected_comms,
+                          [this](const std::string& s, const std::string& ew,
+                                 const toml::node& en) { return comm(s, ew, en); });
+         }},
     };
   }
 
@@ -608,6 +616,17 @@ class Parser {
         {"manage_cpu",
          [this](const toml::node& v, const std::string& w) {
            return values_.boolean(v, w, config_.power.manage_cpu);
+         }},
+    };
+  }
+
+  // --- [sched_ext] -------------------------------------------------------------------------
+
+  std::vector<KeyReader> sched_ext_keys() {
+    return {
+        {"allow_unenforced_cpu_max",
+         [this](const toml::node& v, const std::string& w) {
+           return values_.boolean(v, w, config_.sched_ext.allow_unenforced_cpu_max);
          }},
     };
   }

@@ -1,6 +1,7 @@
 #include "daemon/control.hpp"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -212,6 +213,25 @@ std::string request_line(const ControlRequest& r) {
     case ControlOp::status: break;
   }
   return j.dump();
+}
+
+std::optional<std::string> assign_refusal(const AssignTarget& t, std::uint32_t self_pid,
+                                          bool host_pid_namespace,
+                                          const std::vector<std::string>& protected_comms) {
+  constexpr std::uint32_t kPfKthread = 0x00200000;
+  const std::string who = "pid " + std::to_string(t.pid) + " (" + t.comm + ")";
+  if (t.pid == 1) return who + " is init: it is never assigned to a tenant";
+  if ((t.flags & kPfKthread) != 0 || (host_pid_namespace && (t.pid == 2 || t.ppid == 2))) {
+    return who + " is a kernel thread: only user processes can be assigned to a tenant";
+  }
+  if (t.pid == self_pid) return who + " is this zernel-scheduler daemon itself";
+  for (const std::string& pattern : protected_comms) {
+    if (::fnmatch(pattern.c_str(), t.comm.c_str(), 0) == 0) {
+      return who + " is a protected system process (comm matches \"" + pattern +
+             "\" in [multi_tenant] protected_comms)";
+    }
+  }
+  return std::nullopt;
 }
 
 json ok_reply() { return json{{"ok", true}}; }

@@ -64,6 +64,20 @@ Result<ControlRequest> parse_request(std::string_view line);
 // The request as its JSON line (no newline); parse_request(request_line(r)) == r.
 std::string request_line(const ControlRequest& r);
 
+// Why `tenant assign` must not take this process, or nullopt when it may: pid 1, a kernel thread
+// (PF_KTHREAD in /proc/PID/stat's flags, or a child of kthreadd: pid 2 or ppid 2 outside a pid
+// namespace), the daemon itself (`self_pid`), or a comm matching one of `protected_comms` (globs,
+// [multi_tenant] protected_comms). Renicing or pinning any of these harms the machine, not a job.
+struct AssignTarget {
+  std::uint32_t pid = 0;
+  std::uint32_t ppid = 0;
+  std::uint32_t flags = 0;  // /proc/PID/stat field 9
+  std::string comm;
+};
+std::optional<std::string> assign_refusal(const AssignTarget& t, std::uint32_t self_pid,
+                                          bool host_pid_namespace,
+                                          const std::vector<std::string>& protected_comms);
+
 nlohmann::json ok_reply();
 nlohmann::json error_reply(std::string_view message);
 

@@ -81,6 +81,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   for (const config::TenantConfig& t : cfg.tenants) {
     if (auto r = d->engine_.upsert_tenant(t.spec); !r) return r.error();
   }
+  const auto kthreadd = collect::read_stat(d->opts_.proc_root, 2);
+  d->host_pid_namespace_ = kthreadd && kthreadd->is_kernel_thread();
 
   // What a userspace backend that did not stop cleanly left changed (nice, affinity, cgroup
   // weights), whatever this run's backend: a restart with observe or sched_ext must not leave
@@ -89,7 +91,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   // unprivileged daemon may not read root's /run/zernel and cannot restore anything anyway.
   replay_userspace_journal(d->opts_.proc_root);
 
-  auto backend = enforce::make_backend(d->opts_.backend);
+  auto backend = enforce::make_backend(d->opts_.backend, d->backend_settings());
   if (!backend) return backend.error().context("--backend");
   d->backend_ = std::move(*backend);
   spdlog::info("enforcement backend: {}", d->backend_->name());
@@ -185,12 +187,17 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
       o.delayacct = false;  // names the setting; the value does not matter
       return journal->forget(o);
     };
+    // Shared with any other daemon on this machine (collect/delayacct_share.hpp).
+    acct_journal.holders_path = enforce::delayacct_holders_path(journal_path);
   }
   auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root, std::move(acct_journal));
   collect::SignalsOptions sig;
   sig.proc_root = d->opts_.proc_root;
   if (acct) {
-    if (acct->changed()) spdlog::info("turned on kernel.task_delayacct (restored on exit)");
+    if (acct->changed() && !acct->original()) {
+      spdlog::info("turned on kernel.task_delayacct, or joined the daemons using it (set back "
+                   "to 0 when the last zernel-scheduler using it exits)");
+    }
     d->delayacct_.emplace(std::move(*acct));
   } else {
     spdlog::warn("io wait is not measured: {}", acct.error().message());
@@ -523,7 +530,7 @@ void Daemon::maybe_restart_backend(std::uint64_t now_ns) {
   if (restart_at_ns_ == 0 || now_ns < restart_at_ns_) return;
   restart_at_ns_ = 0;
   ++backend_restarts_;
-  auto b = enforce::make_backend(failed_backend_);
+  auto b = enforce::make_backend(failed_backend_, backend_settings());
   if (!b) {
     spdlog::error("{} backend: restart failed: {}", failed_backend_, b.error().message());
     if (backend_restarts_ < kMaxBackendRestarts) {
@@ -729,6 +736,11 @@ nlohmann::json Daemon::handle_control(const ControlRequest& req) {
       if (!stat || stat->is_dead()) {
         return error_reply("no process with pid " + std::to_string(req.pid));
       }
+      if (auto why = assign_refusal({req.pid, stat->ppid, stat->flags, stat->comm},
+                                    static_cast<std::uint32_t>(::getpid()), host_pid_namespace_,
+                                    opts_.config.multi_tenant.protected_comms)) {
+        return error_reply("refused: " + *why);
+      }
       if (auto it = tracked_.find(req.pid);
           it != tracked_.end() && it->second.start != 0 && it->second.start != stat->starttime_ticks) {
         drop(req.pid);  // the tracked process with this pid is gone: a new one has it now
@@ -812,6 +824,7 @@ Result<void> Daemon::reload_config() {
                        [&id](const config::TenantConfig& n) { return n.spec.id == id; });
   });
   cur.multi_tenant.default_priority_class = next.multi_tenant.default_priority_class;
+  cur.multi_tenant.protected_comms = next.multi_tenant.protected_comms;
 
   if (next.general.log_level != cur.general.log_level) {
     if (auto level = log::parse_level(next.general.log_level)) spdlog::set_level(*level);
@@ -836,6 +849,7 @@ Result<void> Daemon::reload_config() {
   }
   if (next.telemetry != cur.telemetry) restart.emplace_back("[telemetry]");
   if (next.power != cur.power) restart.emplace_back("[power]");
+  if (next.sched_ext != cur.sched_ext) restart.emplace_back("[sched_ext]");
   spdlog::info("reloaded {}: {} tenant(s) (was {}); applied: tenants, match rules, log_level",
                opts_.config_path, opts_.config.tenants.size(), before);
   if (!restart.empty()) {

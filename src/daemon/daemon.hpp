@@ -101,6 +101,10 @@ class Daemon {
   void decide(std::uint64_t now_ns);
   void handle_backend_failure(std::uint64_t now_ns);
   void maybe_restart_backend(std::uint64_t now_ns);
+  [[nodiscard]] enforce::BackendSettings backend_settings() const {
+    return {opts_.config.general.max_tracked_tasks,
+            opts_.config.sched_ext.allow_unenforced_cpu_max};
+  }
   static constexpr std::uint32_t kMaxBackendRestarts = 5;
   std::string failed_backend_;       // the backend to load again
   std::uint64_t restart_at_ns_ = 0;  // 0: no restart pending
@@ -165,6 +169,9 @@ class Daemon {
   bool proc_util_ok_ = false;  // every device answered the per-process query this tick
   std::vector<std::uint32_t> device_util_;                       // by device index
   std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
+  // pid 2 is kthreadd only in the initial pid namespace (our /proc's pid 1 has ppid 0 there
+  // and so does pid 2); in a container's namespace it is an ordinary process.
+  bool host_pid_namespace_ = true;
   bool warned_cap_ = false;
   bool warned_scan_ = false;
   DaemonStats stats_;

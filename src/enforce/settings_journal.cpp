@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "collect/delayacct.hpp"
+#include "collect/delayacct_share.hpp"
 #include "collect/procfs.hpp"
 #include "common/journal_file.hpp"
 
@@ -81,6 +82,12 @@ Result<void> restore_gpu(collect::Nvml& nvml, std::uint32_t device, const GpuOri
 std::string settings_journal_path() {
   if (const char* p = std::getenv(kSettingsJournalEnv); p != nullptr && *p != '\0') return p;
   return kDefaultSettingsJournal;
+}
+
+std::string delayacct_holders_path(const std::string& settings_journal) {
+  const auto slash = settings_journal.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : settings_journal.substr(0, slash);
+  return dir + "/delayacct.holders";
 }
 
 void SettingsOriginals::merge(const SettingsOriginals& more) {
@@ -234,7 +241,15 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   std::size_t restored = 0;
   SettingsOriginals kept;
   const SettingsOriginals& o = j.originals;
-  if (o.delayacct) {
+  auto held = o.delayacct ? collect::delayacct_held_by_others(
+                                delayacct_holders_path(journal_path), proc_root)
+                          : Result<bool>(false);
+  if (o.delayacct && held && *held) {
+    spdlog::info("settings journal: kernel.task_delayacct left on: another zernel-scheduler "
+                 "still uses it (it restores {} when it exits)",
+                 *o.delayacct ? 1 : 0);
+    ++restored;
+  } else if (o.delayacct) {
     if (auto r = collect::write_task_delayacct(proc_root, *o.delayacct); r) {
       spdlog::info("settings journal: restored kernel.task_delayacct to {}", *o.delayacct ? 1 : 0);
       ++restored;

@@ -43,6 +43,9 @@ inline constexpr const char* kDefaultSettingsJournal = "/run/zernel/settings.jou
 
 // $ZERNEL_SETTINGS_JOURNAL when set and not empty, else kDefaultSettingsJournal.
 std::string settings_journal_path();
+// The kernel.task_delayacct holders file (collect/delayacct_share.hpp) next to that journal:
+// every daemon on the machine must use the same one, so it does not follow the journal's name.
+std::string delayacct_holders_path(const std::string& settings_journal);
 
 struct CpufreqOriginal {
   std::string policy;  // "policy0": a directory under SYS/devices/system/cpu/cpufreq
@@ -103,7 +106,8 @@ std::uint64_t own_start_time(const std::string& proc_root);
 // at `journal_path` exists and its owner is gone, writes every original back (kernel.task_delayacct
 // under PROC/sys; scaling_max_freq under SYS/devices/system/cpu/cpufreq; a GPU's application
 // clocks and power limit through `nvml`, the GPU found by its bus id), logs one line per setting
-// and a summary, and removes the file. A setting that cannot be restored is a warning and is
+// and a summary, and removes the file. kernel.task_delayacct is left on while another live daemon
+// holds it (collect/delayacct_share.hpp): that one restores it. A setting that cannot be restored is a warning and is
 // dropped, except the GPU entries while `nvml` is null: those stay in the file for a later start.
 // Errors: EBUSY when the owner runs, EINVAL for a corrupt journal (the file and line, and what to
 // do); then nothing was changed.

@@ -1,6 +1,7 @@
 #include "collect/delayacct.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -195,6 +196,56 @@ TEST(DelayAcct, toggles_and_restores_the_real_sysctl) {
   EXPECT_EQ(*read_task_delayacct("/proc"), true);
   ASSERT_TRUE(g->restore().ok());
   EXPECT_EQ(*read_task_delayacct("/proc"), *before);
+}
+
+}  // namespace
+}  // namespace zernel::collect
+
+// ---- shared by several daemons (collect/delayacct_share.hpp) ----
+namespace zernel::collect {
+namespace {
+
+void fake_stat(const FakeSysctl& f, std::uint32_t pid, std::uint64_t start) {
+  std::filesystem::create_directories(f.root() + "/" + std::to_string(pid));
+  std::ofstream out(f.root() + "/" + std::to_string(pid) + "/stat");
+  out << pid << " (zernel-schedule) S 1 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 " << start;
+  for (int i = 23; i <= 52; ++i) out << " 0";
+  out << "\n";
+}
+
+TEST(DelayAcctShare, a_daemon_leaving_while_another_holds_it_leaves_it_on) {
+  FakeSysctl f;
+  f.set("1\n");  // turned on by the other daemon, pid 777
+  fake_stat(f, static_cast<std::uint32_t>(::getpid()), 5000);
+  fake_stat(f, 777, 4000);
+  const std::string holders = f.root() + "/run/delayacct.holders";
+  std::filesystem::create_directories(f.root() + "/run");
+  std::ofstream(holders) << "zernel-delayacct-holders 1\noriginal 0\nholder 777 4000\nend\n";
+  ::chmod(holders.c_str(), 0600);
+  DelayAcctJournal j;
+  j.holders_path = holders;
+  {
+    auto g = DelayAcctGuard::enable(f.root(), j);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    EXPECT_FALSE(g->original());  // the first holder's original, not the 1 it found
+    ASSERT_TRUE(g->restore().ok());
+  }
+  EXPECT_EQ(*read_task_delayacct(f.root()), true);  // 777 still uses it
+  std::ifstream in(holders);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_NE(ss.str().find("holder 777 4000"), std::string::npos) << ss.str();
+  EXPECT_EQ(ss.str().find("holder " + std::to_string(::getpid())), std::string::npos) << ss.str();
+
+  // 777 died (kill -9): the last holder to leave restores the first one's original.
+  std::filesystem::remove_all(f.root() + "/777");
+  {
+    auto g = DelayAcctGuard::enable(f.root(), j);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    ASSERT_TRUE(g->restore().ok());
+  }
+  EXPECT_EQ(*read_task_delayacct(f.root()), false);
+  EXPECT_FALSE(std::filesystem::exists(holders));
 }
 
 }  // namespace

@@ -226,3 +226,25 @@ TEST(ControlClient, UnreachableDaemon) {
 
 }  // namespace
 }  // namespace zernel::daemon
+
+namespace zernel::daemon {
+namespace {
+
+TEST(AssignRefusal, init_kernel_threads_the_daemon_and_protected_daemons_are_refused) {
+  const std::vector<std::string> protected_comms = {"systemd*", "sshd"};
+  auto refuse = [&](AssignTarget t, bool host = true) {
+    return assign_refusal(t, 4242, host, protected_comms);
+  };
+  EXPECT_NE(refuse({1, 0, 0, "systemd"})->find("init"), std::string::npos);
+  EXPECT_NE(refuse({2, 0, 0x00200000, "kthreadd"})->find("kernel thread"), std::string::npos);
+  EXPECT_NE(refuse({77, 2, 0x00208040, "kworker/0:1"})->find("kernel thread"), std::string::npos);
+  EXPECT_NE(refuse({4242, 1, 0, "zernel-schedule"})->find("daemon itself"), std::string::npos);
+  EXPECT_NE(refuse({500, 1, 0, "systemd-journal"})->find("protected"), std::string::npos);
+  EXPECT_NE(refuse({501, 1, 0, "sshd"})->find("protected_comms"), std::string::npos);
+  EXPECT_FALSE(refuse({502, 1, 0, "python3"}).has_value());
+  // In a container's pid namespace pid 2 is an ordinary process.
+  EXPECT_FALSE(refuse({2, 1, 0, "python3"}, false).has_value());
+}
+
+}  // namespace
+}  // namespace zernel::daemon
