@@ -215,7 +215,7 @@ def main():
 
     _, body = scrape(a.port, "/metrics")
     ticks_start = metric(body, "zernel_scheduler_decision_latency_seconds_count")
-    disc_start = metric(body, 'zernel_scheduler_collector_errors_total{collector="discovery"}')
+    disc_start = metric(body, 'zernel_scheduler_collector_errors_total{collector="discovery"}') or 0.0
 
     threads = []
     for spec in a.attacks:
@@ -267,7 +267,7 @@ def main():
         "ticks_start": ticks_start,
         "ticks_end": metric(body, "zernel_scheduler_decision_latency_seconds_count"),
         "discovery_errors_start": disc_start,
-        "discovery_errors_end": metric(body, 'zernel_scheduler_collector_errors_total{collector="discovery"}'),
+        "discovery_errors_end": metric(body, 'zernel_scheduler_collector_errors_total{collector="discovery"}') or 0.0,
         "http_connections_end": metric(body, "zernel_scheduler_http_connections"),
     }
     for r in ("deadline", "idle", "evicted", "refused", "malformed", "write_timeout"):
