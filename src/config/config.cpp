@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,12 +20,13 @@ namespace {
 constexpr std::size_t kMaxConfigBytes = 4 * 1024 * 1024;
 
 
-// One consistent version of the file: read_trusted_file refuses a read the file changed under;
-// and a file modified in the last kSettleNs may be an editor's write in progress (truncated,
-// half-written, yet parseable), so it is read again after a pause until two reads agree. Editors
-// and deploy tools that replace the file with rename() never wait here.
+// One consistent version of the file: read_trusted_file refuses a read the file changed under,
+// and a file modified less than kSettleNs ago may be an editor's write in progress (truncated,
+// half-written, yet parseable), so it is read again once it has been left alone that long. A
+// writer that pauses longer than that mid-write cannot be told from a finished one: editors and
+// deploy tools that replace the file with rename() are always read whole, at once.
 constexpr std::int64_t kSettleNs = 200'000'000;
-constexpr int kMaxReads = 5;
+constexpr int kMaxReads = 6;
 
 std::int64_t realtime_ns() {
   timespec ts{};
@@ -33,20 +35,22 @@ std::int64_t realtime_ns() {
 }
 
 Result<std::string> read_file(const std::string& path) {
-  std::optional<std::string> previous;
+  std::int64_t wait_ns = 0;
   for (int attempt = 0; attempt < kMaxReads; ++attempt) {
-    if (attempt > 0) ::usleep(static_cast<useconds_t>(kSettleNs / 2000));
+    if (wait_ns > 0) ::usleep(static_cast<useconds_t>(std::min(wait_ns, kSettleNs) / 1000));
     auto r = read_trusted_file(path, kMaxConfigBytes);
-    if (!r && r.error().code() == EAGAIN) continue;
+    if (!r && r.error().code() == EAGAIN) {
+      wait_ns = kSettleNs;
+      continue;
+    }
     if (!r) return r.error();
     if (!r->has_value()) return Error(ENOENT, path + ": no such file");
     TrustedText& t = **r;
-    if (realtime_ns() - t.mtime_ns >= kSettleNs || (previous && *previous == t.text)) {
-      return std::move(t.text);
-    }
-    previous = std::move(t.text);
+    const std::int64_t age = realtime_ns() - t.mtime_ns;
+    if (age >= kSettleNs || age < 0) return std::move(t.text);  // (< 0: a clock set back)
+    wait_ns = kSettleNs - age + 1'000'000;
   }
-  return Error(EAGAIN, path + ": still changing after " + std::to_string(kMaxReads) +
+  return Error(EAGAIN, path + ": still being written after " + std::to_string(kMaxReads) +
                            " reads; not loaded (write the file elsewhere and rename it into "
                            "place for an atomic update)");
 }

@@ -84,10 +84,9 @@ std::string settings_journal_path() {
   return kDefaultSettingsJournal;
 }
 
-std::string delayacct_holders_path(const std::string& settings_journal) {
-  const auto slash = settings_journal.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : settings_journal.substr(0, slash);
-  return dir + "/delayacct.holders";
+std::string delayacct_holders_path() {
+  if (const char* p = std::getenv(kDelayAcctHoldersEnv); p != nullptr && *p != '\0') return p;
+  return kDefaultDelayAcctHolders;
 }
 
 void SettingsOriginals::merge(const SettingsOriginals& more) {
@@ -242,7 +241,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   SettingsOriginals kept;
   const SettingsOriginals& o = j.originals;
   auto held = o.delayacct ? collect::delayacct_held_by_others(
-                                delayacct_holders_path(journal_path), proc_root)
+                                delayacct_holders_path(), proc_root)
                           : Result<bool>(false);
   if (o.delayacct && held && *held) {
     spdlog::info("settings journal: kernel.task_delayacct left on: another zernel-scheduler "

@@ -43,9 +43,12 @@ inline constexpr const char* kDefaultSettingsJournal = "/run/zernel/settings.jou
 
 // $ZERNEL_SETTINGS_JOURNAL when set and not empty, else kDefaultSettingsJournal.
 std::string settings_journal_path();
-// The kernel.task_delayacct holders file (collect/delayacct_share.hpp) next to that journal:
-// every daemon on the machine must use the same one, so it does not follow the journal's name.
-std::string delayacct_holders_path(const std::string& settings_journal);
+// The kernel.task_delayacct holders file (collect/delayacct_share.hpp): one per machine, whatever
+// journal a daemon uses; $ZERNEL_DELAYACCT_HOLDERS when set and not empty, else
+// kDefaultDelayAcctHolders.
+inline constexpr const char* kDelayAcctHoldersEnv = "ZERNEL_DELAYACCT_HOLDERS";
+inline constexpr const char* kDefaultDelayAcctHolders = "/run/zernel/delayacct.holders";
+std::string delayacct_holders_path();
 
 struct CpufreqOriginal {
   std::string policy;  // "policy0": a directory under SYS/devices/system/cpu/cpufreq
