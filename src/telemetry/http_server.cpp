@@ -695,7 +695,9 @@ Result<void> HttpServer::start(const std::string& address, std::uint16_t port) {
   const int b = ::bind(fd, res->ai_addr, res->ai_addrlen);
   const int bind_err = errno;
   ::freeaddrinfo(res);
-  if (b != 0 || ::listen(fd, 128) != 0) {
+  // A deep accept queue: during a connection flood a scraper's SYN must not wait for a
+  // retransmission (1 s) because the queue overflowed between two passes of the loop.
+  if (b != 0 || ::listen(fd, 1024) != 0) {
     const int err = b != 0 ? bind_err : errno;
     ::close(fd);
     return Error(err, where + " (address in use, or not an address of this machine: " +
