@@ -1,30 +1,27 @@
 #!/usr/bin/env bash
 # The userspace backend on real processes: the daemon (--backend userspace --emulated-gpu) renices
 # the threads of a zernel-workload job and leaves an untracked process alone; a process assigned
-# to a config tenant moves into that tenant's cpu cgroup with the tenant's weight; SIGTERM puts
-# every nice, affinity and cgroup back; after kill -9 the values stay changed and the next start
-# restores them from the journal and says so in its log.
-# A private journal and cgroup subtree (ZERNEL_USERSPACE_JOURNAL, ZERNEL_USERSPACE_CGROUP) keep it
-# apart from a daemon that may run on this machine.
+# to a config tenant stays in the cgroup it was placed in (a private group of its own here), and
+# that group carries the tenant's weight (cpu.shares / cpu.weight); SIGTERM puts every nice,
+# affinity and weight back; after kill -9 the values stay changed and the next start restores
+# them from the journal and says so in its log.
+# A private journal (ZERNEL_USERSPACE_JOURNAL) and private cgroups keep it apart from a daemon
+# that may run on this machine.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-userspace-test-$$"
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
-export ZERNEL_USERSPACE_CGROUP="zernel-test-$$"
 daemon_pid=""
 pids=()
 cleanup() {
   [[ -n $daemon_pid ]] && kill -KILL "$daemon_pid" 2>/dev/null
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  # Whatever a failed run left: members back to the root group, then the groups.
-  if [[ -n ${cgdir:-} && -d $cgdir/$ZERNEL_USERSPACE_CGROUP ]]; then
-    for g in "$cgdir/$ZERNEL_USERSPACE_CGROUP"/tenant-*; do
-      [[ -d $g ]] || continue
-      while read -r p; do echo "$p" > "$cgdir/cgroup.procs" 2>/dev/null; done < "$g/cgroup.procs"
-      rmdir "$g" 2>/dev/null
-    done
-    rmdir "$cgdir/$ZERNEL_USERSPACE_CGROUP" 2>/dev/null
+  wait 2>/dev/null
+  # The private groups (their members were killed and reaped above).
+  if [[ -n ${grp:-} && -d $grp ]]; then
+    for g in "$grp"/*/; do rmdir "$g" 2>/dev/null; done
+    rmdir "$grp" 2>/dev/null
   fi
   rm -rf "$tmp"
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
@@ -66,6 +63,13 @@ cpu_path() {  # the cpu cgroup path of pid $1
 }
 weight_file=cpu.shares
 [[ $cgver == v2 ]] && weight_file=cpu.weight
+# Private groups the test places processes in, as an owner (systemd, kubelet) would.
+grp="$cgdir/zernel-us-test-$$"
+mkdir "$grp" 2>/dev/null || skip "cannot create a cgroup under $cgdir"
+[[ $cgver == v2 ]] && echo +cpu > "$grp/cgroup.subtree_control" 2>/dev/null
+for g in member big small; do mkdir "$grp/$g" || skip "cannot create $grp/$g"; done
+[[ -f $grp/member/$weight_file ]] || skip "no $weight_file in $grp/member"
+weight_before=$(cat "$grp/member/$weight_file")
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cat > "$tmp/config.toml" <<TOML
@@ -87,11 +91,9 @@ class = "training"
 [[tenants]]
 id = "small"
 gpus = 2
-class = "background"
+class = "training"
 TOML
-# big: 6 of 8 GPUs among 2 tenants -> weight 1.5 -> cpu.weight 150, cpu.shares 1536.
-expect_weight=1536
-[[ $cgver == v2 ]] && expect_weight=150
+# Both of one class, so that their weights stand 6:2 = 3:1 whatever the class factor.
 
 # The job runs at nice 3 so that "restored" is distinguishable from "reset to 0".
 nice -n 3 "$BIN/zernel-workload" --emulated-gpu --ranks 1 --workers 1 --steps 100000 \
@@ -104,6 +106,7 @@ pids+=("$untracked")
 nice -n 1 sleep 300 &
 member=$!
 pids+=("$member")
+echo "$member" > "$grp/member/cgroup.procs"
 member_cg_before=$(cpu_path "$member")
 untracked_cg_before=$(cpu_path "$untracked")
 
@@ -153,7 +156,17 @@ assign_member() {
   "$BIN/zernel-scheduler" tenant assign --pid "$member" --tenant big --socket "$tmp/ctl.sock" \
     > "$tmp/assign$runs.txt" 2>&1
 }
-in_group() { [[ $(cpu_path "$member") == */$ZERNEL_USERSPACE_CGROUP/tenant-* ]]; }
+# The tenant's weight on the scale of the hierarchy's file, from the daemon's tenant list.
+expect_weight() {
+  "$BIN/zernel-scheduler" tenant list --json --socket "$tmp/ctl.sock" | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+for t in doc if isinstance(doc, list) else doc.get("tenants", []):
+    if t["id"] == sys.argv[1]:
+        w = t["cgroup_weight"]
+        print(w if sys.argv[2] == "v2" else max(2, w * 1024 // 100))' "$1" "$cgver"
+}
+carries_weight() { [[ $(cat "$grp/member/$weight_file") == "$(expect_weight big)" ]]; }
 
 # ---- run 1: changes while it runs, all back after SIGTERM ----
 runs=1
@@ -164,13 +177,12 @@ check "the job's threads are reniced while the daemon runs" "wait_for 20 any_job
 assign_member
 rc=$?
 check "tenant assign exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
-check "the assigned process moves into the tenant's cgroup" "wait_for 10 in_group"
-group_dir="$cgdir$(cpu_path "$member")"
-check "the tenant's group has $weight_file $expect_weight (got $(cat "$group_dir/$weight_file" 2>/dev/null))" \
-  "[[ \$(cat $group_dir/$weight_file) == $expect_weight ]]"
-# training class +5 on an Unknown-phase task: priority 5 -> nice -5.
-check "the assigned process runs at nice -5 (got $(nice_of "$member"))" \
-  "wait_for 5 '[[ \$(nice_of $member) == -5 ]]'"
+check "the assigned process's own group carries the tenant's $weight_file" \
+  "wait_for 10 carries_weight"
+echo "member group $weight_file: $(cat "$grp/member/$weight_file") (was $weight_before; tenant big: $(expect_weight big))"
+check "the assigned process stays in its cgroup" "[[ \$(cpu_path $member) == '$member_cg_before' ]]"
+check "the daemon says the group carries the tenant's weight" \
+  "grep -q 'pid $member (tenant weight [0-9]*): $weight_file [0-9]* on its cgroup' $tmp/daemon1.log"
 check "the untracked process keeps nice 0" "[[ \$(nice_of $untracked) == 0 ]]"
 check "the untracked process keeps its cgroup" "[[ \$(cpu_path $untracked) == '$untracked_cg_before' ]]"
 check "the journal exists while the daemon runs" "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"
@@ -191,11 +203,15 @@ if [[ $(nproc) -ge 2 ]]; then
     "$BIN/zernel-scheduler" tenant assign --pid "$h" --tenant small --socket "$tmp/ctl.sock" \
       > /dev/null || fail "tenant assign of hog $h"
   done
-  hogs_in_groups() {
-    local h
-    for h in $h1 $h2 $h3 $h4; do [[ $(cpu_path "$h") == */tenant-* ]] || return 1; done
+  # Each tenant's hogs in a group of their own (placed there by the test, as by an owner).
+  echo "$h1" > "$grp/big/cgroup.procs"
+  for h in $h2 $h3 $h4; do echo "$h" > "$grp/small/cgroup.procs"; done
+  groups_weighted() {
+    [[ $(cat "$grp/big/$weight_file") == "$(expect_weight big)" &&
+      $(cat "$grp/small/$weight_file") == "$(expect_weight small)" ]]
   }
-  check "the hogs are in their tenants' groups" "wait_for 10 hogs_in_groups"
+  check "the hogs' groups carry their tenants' weights" "wait_for 10 groups_weighted"
+  echo "hog groups: big $(cat "$grp/big/$weight_file"), small $(cat "$grp/small/$weight_file")"
   ticks() { local t=0 h; for h in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$h/stat"))); done; echo $t; }
   b0=$(ticks "$h1"); s0=$(ticks "$h2" "$h3" "$h4")
   sleep 6
@@ -217,11 +233,12 @@ check "daemon 1 exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
 check "after SIGTERM every job thread is back at nice 3" "all_job_threads_at 3"
 check "after SIGTERM the job's nice and affinity are as before" "[[ \"\$(job_state)\" == \"\$state_before\" ]]"
 check "after SIGTERM the assigned process is back at nice 1" "[[ \$(nice_of $member) == 1 ]]"
-check "after SIGTERM the assigned process is back in its cgroup" \
+check "after SIGTERM the assigned process is still in its cgroup" \
   "[[ \$(cpu_path $member) == '$member_cg_before' ]]"
-check "after SIGTERM the tenant groups are removed" "[[ ! -e $cgdir/$ZERNEL_USERSPACE_CGROUP ]]"
+check "after SIGTERM its group's $weight_file is back at $weight_before" \
+  "[[ \$(cat $grp/member/$weight_file) == $weight_before ]]"
 check "after SIGTERM the journal is removed" "[[ ! -e $ZERNEL_USERSPACE_JOURNAL ]]"
-check "daemon 1 logs the restore" "grep -q 'restored the original nice, affinity and cgroup' $tmp/daemon1.log"
+check "daemon 1 logs the restore" "grep -q 'restored the original nice and affinity of' $tmp/daemon1.log"
 
 # ---- run 2: kill -9 leaves the values changed ----
 runs=2
@@ -229,13 +246,14 @@ rm -f "$tmp/ctl.sock"
 start_daemon --emulated-gpu
 check "daemon 2 renices the job again" "wait_for 20 any_job_thread_reniced"
 assign_member
-check "daemon 2 moves the assigned process again" "wait_for 10 in_group"
-wait_for 5 "[[ \$(nice_of $member) == -5 ]]"
+check "daemon 2 gives the assigned process's group the tenant's weight again" \
+  "wait_for 10 carries_weight"
 kill -KILL "$daemon_pid"
 wait "$daemon_pid" 2>/dev/null
 daemon_pid=""
 check "after kill -9 the job stays reniced" "any_job_thread_reniced"
-check "after kill -9 the assigned process stays in the tenant group" "in_group"
+check "after kill -9 the assigned process's group keeps the tenant's weight" \
+  "[[ \$(cat $grp/member/$weight_file) != $weight_before ]]"
 check "after kill -9 the journal is left behind" "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"
 
 # ---- run 3: the next start restores from the journal. Without --emulated-gpu it finds no GPU
@@ -244,13 +262,14 @@ runs=3
 rm -f "$tmp/ctl.sock"
 start_daemon
 check "daemon 3 says it restored from the journal" \
-  "wait_for 10 \"grep -q 'restored from the journal of zernel-scheduler pid' $tmp/daemon3.log\""
+  "wait_for 10 \"grep -q 'zernel-scheduler pid [0-9]* did not stop cleanly; restored' $tmp/daemon3.log\""
 check "daemon 3 restored the job's threads to nice 3" "all_job_threads_at 3"
 check "daemon 3 restored the job's nice and affinity" "[[ \"\$(job_state)\" == \"\$state_before\" ]]"
 check "daemon 3 restored the assigned process's nice" "[[ \$(nice_of $member) == 1 ]]"
-check "daemon 3 restored the assigned process's cgroup" \
+check "daemon 3 restored the assigned process's group weight" \
+  "[[ \$(cat $grp/member/$weight_file) == $weight_before ]]"
+check "the assigned process never left its cgroup" \
   "[[ \$(cpu_path $member) == '$member_cg_before' ]]"
-check "daemon 3 removed the old tenant groups" "[[ ! -e $cgdir/$ZERNEL_USERSPACE_CGROUP ]]"
 kill -TERM "$daemon_pid"
 wait "$daemon_pid"
 rc=$?

@@ -24,8 +24,10 @@
 //     owner, kubelet or systemd, re-applied its own), or the write failed. The backend yields to
 //     the owner for the rest of its run.
 //
-// The weight a qualifying group gets is the tenant's weight divided by the number of groups that
-// carry it this tick (a tenant in two containers gives each half), converted by cgroup_cpu_value.
+// A qualifying group gets the tenant's weight, converted by cgroup_cpu_value. A tenant whose
+// processes are in several such groups gives each the whole weight: a group's weight counts among
+// its siblings only, so no split is exact, and an even split would shrink a busy group for an idle
+// one (a job's second pod that waits); docs/userspace.md states the limit.
 
 #include <cstdint>
 #include <functional>

@@ -221,7 +221,6 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
     std::string dir;
   };
   std::map<std::pair<std::string, std::uint16_t>, Verdict> verdicts;
-  std::map<std::uint16_t, std::set<std::string>> carriers;  // tenant -> dirs
   for (const policy::Decision& d : decisions) {
     auto it = procs_.find(d.pid);
     if (it == procs_.end()) continue;
@@ -247,7 +246,6 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
       }
     }
     // Two tenants in one group: neither can have it (both see the other's process as shared).
-    if (!v.why_not) carriers[d.tenant].insert(v.dir);
     verdicts.emplace(key, std::move(v));
   }
 
@@ -263,10 +261,7 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
         if (auto vi = verdicts.find({*p.cgroup, d.tenant}); vi != verdicts.end()) v = &vi->second;
       }
       if (v != nullptr && !v->why_not) {
-        const std::size_t n = std::max<std::size_t>(1, carriers[d.tenant].size());
-        const auto weight = static_cast<std::uint32_t>(
-            std::max<std::uint64_t>(1, std::uint64_t{d.tenant_weight} / n));
-        const std::uint64_t value = cgroup_cpu_value(layout_->version, weight);
+        const std::uint64_t value = cgroup_cpu_value(layout_->version, d.tenant_weight);
         auto [gi, added] = groups_.try_emplace(v->dir);
         GroupState& g = gi->second;
         const auto inode = cgroup_inode(v->dir);
