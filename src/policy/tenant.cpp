@@ -17,6 +17,18 @@ std::int32_t base_priority(PriorityClass c) {
   return 0;
 }
 
+// 1.25^base_priority: the kernel's weight ratio per nice step, so that a class weighs what its
+// priority would weigh for a single thread.
+float class_factor(PriorityClass c) {
+  switch (c) {
+    case PriorityClass::training: return 3.0517578F;   // 1.25^5
+    case PriorityClass::inference: return 1.953125F;   // 1.25^3
+    case PriorityClass::interactive: return 1.25F;     // 1.25^1
+    case PriorityClass::background: return 0.32768F;   // 1.25^-5
+  }
+  return 1.0F;
+}
+
 std::string_view class_name(PriorityClass c) {
   switch (c) {
     case PriorityClass::training: return "training";
@@ -138,8 +150,10 @@ void TenantRegistry::recompute_weights() {
       const float share = e.spec.gpus > 0 ? static_cast<float>(e.spec.gpus) : kZeroGpuShare;
       e.weight = share / share_sum * n;
     }
-    e.cgroup_weight =
-        static_cast<std::uint32_t>(std::clamp(std::round(e.weight * 100.0F), 1.0F, 10000.0F));
+    // An explicit weight is the operator's final word; a GPU share is scaled by the class.
+    const float factor = e.spec.cpu_weight ? 1.0F : class_factor(e.spec.priority_class);
+    e.cgroup_weight = static_cast<std::uint32_t>(
+        std::clamp(std::round(e.weight * factor * 100.0F), 1.0F, 10000.0F));
     e.class_priority = base_priority(e.spec.priority_class);
   }
 }

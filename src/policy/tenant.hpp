@@ -9,9 +9,22 @@
 // share instead of being starved (the earlier implementation gave it 0). An explicit cpu_weight
 // replaces the formula for that tenant (its GPUs still count in the others' shares).
 //
-// The class adds a fixed priority (Training +5, Inference +3, Interactive +1, Background -5) to the
-// phase priority of each of the tenant's tasks. The share is never multiplied into the priority:
-// it scales the tenant's weight, so it cannot flip or amplify the sign of a phase priority.
+// The class decides how much the tenant's share weighs: the scheduled weight (cgroup_weight(), on
+// the cpu.weight scale) is the GPU-proportional weight times the class factor
+//
+//   class        base priority   factor (1.25^base)   1-of-1-GPU tenant's cgroup_weight
+//   training          +5             3.05                 305
+//   inference         +3             1.95                 195
+//   interactive       +1             1.25                 125
+//   background        -5             0.33                  33
+//
+// so a training tenant next to a background tenant of equal GPUs gets 9.3x its CPU, and a 1-GPU
+// training tenant outweighs an untenanted cgroup of cpu.weight 100 about 3:1. An explicit
+// cpu_weight is final (no factor). The class priority is also added to the phase priority of each
+// of the tenant's tasks, which orders them against processes outside any tenant where the backend
+// has only per-thread priorities; inside the tenant it is the same for every thread and cancels
+// out. The share is never multiplied into the priority: it scales the tenant's weight, so it
+// cannot flip or amplify the sign of a phase priority.
 //
 // Registering an id that exists replaces that tenant (its GPUs are not counted twice) and keeps its
 // processes. Slots are stable small integers so tasks can refer to their tenant without strings.
@@ -35,6 +48,8 @@ inline constexpr std::array<PriorityClass, 4> kAllPriorityClasses = {
     PriorityClass::background};
 
 std::int32_t base_priority(PriorityClass c);
+// The factor a GPU-proportional tenant weight is multiplied by: 1.25^base_priority(c).
+float class_factor(PriorityClass c);
 // "training", "inference", "interactive", "background".
 std::string_view class_name(PriorityClass c);
 // Case-insensitive; an unknown name is an error listing the valid ones.
@@ -79,7 +94,8 @@ class TenantRegistry {
   [[nodiscard]] const TenantSpec& spec(std::uint16_t slot) const;
   // The tenant's CPU weight (average 1.0 over the tenants without an explicit weight).
   [[nodiscard]] float weight(std::uint16_t slot) const;
-  // weight() on the cgroup cpu.weight scale: 100 = 1.0, clamped to 1..10000.
+  // weight() times the class factor (none for an explicit weight) on the cgroup cpu.weight
+  // scale: 100 = 1.0, clamped to 1..10000. What the backends schedule the tenant with.
   [[nodiscard]] std::uint32_t cgroup_weight(std::uint16_t slot) const {
     return valid(slot) ? entries_[slot].cgroup_weight : 100;
   }

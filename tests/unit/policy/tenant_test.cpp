@@ -103,8 +103,9 @@ TEST(TenantRegistry, gpu_proportional_weight_is_three_times_for_six_versus_two_g
   EXPECT_FLOAT_EQ(r.weight(a), 0.5F);
   EXPECT_FLOAT_EQ(r.weight(b), 1.5F);
   EXPECT_LT(std::fabs(r.weight(b) / r.weight(a) - 3.0F), 0.01F);
-  EXPECT_EQ(r.cgroup_weight(a), 50U);
-  EXPECT_EQ(r.cgroup_weight(b), 150U);
+  // Times the training class factor (1.25^5).
+  EXPECT_EQ(r.cgroup_weight(a), 153U);
+  EXPECT_EQ(r.cgroup_weight(b), 458U);
   EXPECT_EQ(r.total_gpus(), 8U);
 }
 
@@ -114,6 +115,20 @@ TEST(TenantRegistry, class_priority_is_added_per_slot) {
   const std::uint16_t b = must_upsert(r, tenant("bg", 4, PriorityClass::background, 1.0F));
   EXPECT_GT(r.class_priority(t), r.class_priority(b));
   EXPECT_EQ(r.class_priority(kNoTenant), 0);
+}
+
+TEST(TenantRegistry, the_class_scales_the_cgroup_weight_of_a_gpu_share) {
+  TenantRegistry r;
+  const std::uint16_t t = must_upsert(r, tenant("train", 4, PriorityClass::training));
+  const std::uint16_t i = must_upsert(r, tenant("infer", 4, PriorityClass::inference));
+  const std::uint16_t x = must_upsert(r, tenant("inter", 4, PriorityClass::interactive));
+  const std::uint16_t b = must_upsert(r, tenant("bg", 4, PriorityClass::background));
+  EXPECT_EQ(r.cgroup_weight(t), 305U);
+  EXPECT_EQ(r.cgroup_weight(i), 195U);
+  EXPECT_EQ(r.cgroup_weight(x), 125U);
+  EXPECT_EQ(r.cgroup_weight(b), 33U);
+  // The GPU share itself does not depend on the class.
+  EXPECT_FLOAT_EQ(r.weight(t), r.weight(b));
 }
 
 TEST(TenantRegistry, an_unknown_slot_has_weight_one_and_no_class_priority) {
@@ -343,10 +358,10 @@ TEST(EngineTenant, a_bigger_tenant_never_pushes_a_negative_phase_priority_furthe
   EXPECT_EQ(big.phase, Phase::gpu_compute);
   EXPECT_EQ(big.priority, -10);
   EXPECT_EQ(big.weight, weight_for_priority(-10));
-  EXPECT_EQ(big.tenant_weight, 150U);
+  EXPECT_EQ(big.tenant_weight, 49U);  // 1.5 x the background factor (0.33)
   const Decision small = e.schedule(200, 1000);
   EXPECT_EQ(small.priority, 0);
-  EXPECT_EQ(small.tenant_weight, 50U);
+  EXPECT_EQ(small.tenant_weight, 153U);
 }
 
 TEST(EngineTenant, priority_is_phase_plus_class_for_every_share_phase_and_class) {
@@ -402,10 +417,10 @@ TEST(EngineTenant, the_share_belongs_to_the_tenant_not_to_each_process) {
   for (std::uint32_t pid = 1; pid <= 20; ++pid) {
     const Decision d = e.schedule(pid, 2);
     EXPECT_EQ(d.tenant_weight, one.tenant_weight) << pid;
-    EXPECT_EQ(d.tenant_weight, 50U) << pid;
+    EXPECT_EQ(d.tenant_weight, 153U) << pid;
     EXPECT_EQ(e.cpu_weight_for_pid(pid), w_one) << pid;
   }
-  EXPECT_EQ(e.schedule(1000, 2).tenant_weight, 150U);
+  EXPECT_EQ(e.schedule(1000, 2).tenant_weight, 458U);
 }
 
 TEST(EngineTenant, assigning_an_untracked_pid_registers_it_as_a_non_ml_task) {
@@ -430,7 +445,7 @@ TEST(EngineTenant, a_non_ml_process_of_a_tenant_is_scheduled_with_the_tenant_sha
   const Decision d = e.schedule(77, 100);
   EXPECT_EQ(d.phase, Phase::unknown);
   EXPECT_EQ(d.tenant, *e.tenants().find("inf"));
-  EXPECT_EQ(d.tenant_weight, 150U);  // 3 / 4 * 2
+  EXPECT_EQ(d.tenant_weight, 293U);  // 3 / 4 * 2 = 1.5, x the inference factor 1.95
   EXPECT_EQ(d.priority, 3);          // Unknown 0 + Inference 3
   EXPECT_EQ(d.weight, weight_for_priority(3));
   EXPECT_EQ(e.decisions_made(), 1U);
