@@ -145,6 +145,11 @@ enum zernel_stat {
 	ZERNEL_STAT_DECIDED,		/* enqueues of tasks whose process has a decision */
 	ZERNEL_STAT_UNDECIDED,		/* enqueues of tasks with no decision (weight from nice) */
 	ZERNEL_STAT_TENANT,		/* enqueues of tasks whose process belongs to a tenant */
+	ZERNEL_STAT_LAG_CLAMP,		/* vtimes cut back to the lead bound (ran ahead alone) */
+	ZERNEL_STAT_REENQ,		/* tasks put back from a CPU a higher sched class took */
+	ZERNEL_STAT_THROTTLED,		/* enqueues parked because their cgroup spent its cpu.max */
+	ZERNEL_STAT_THROTTLE_CUT,	/* slices ended by a tick that found the quota spent */
+	ZERNEL_STAT_UNTHROTTLED,	/* parked tasks released at a new cpu.max period */
 	ZERNEL_STAT_RUN_NS_PHASE,	/* ns of CPU time run by decided tasks, one counter per phase: */
 	ZERNEL_STAT_RUN_NS_PHASE_END = ZERNEL_STAT_RUN_NS_PHASE + ZERNEL_PHASE_NR - 1,
 	ZERNEL_STAT_RUN_NS_UNDECIDED,	/* ns of CPU time run by tasks with no decision */
@@ -209,7 +214,7 @@ ZERNEL_STATIC_ASSERT(sizeof(struct zernel_tenant_load) == 16, "zernel_tenant_loa
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_task_ctx) == 80, "zernel_task_ctx layout");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_weight) == 64, "contrib");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_tenant) == 72, "contrib_t");
-ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 19, "update the loader's stat names with the enum");
+ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 24, "update the loader's stat names with the enum");
 ZERNEL_STATIC_ASSERT(ZERNEL_MAX_TENANTS <= ZERNEL_NO_TENANT, "tenant slots fit __u16");
 
 #endif /* ZERNEL_BPF_INTF_H */

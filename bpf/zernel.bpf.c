@@ -10,49 +10,80 @@
  * A task with no decision is scheduled like any other task, with the weight of its nice value
  * (1024 at nice 0).
  *
- * ALGORITHM: weighted virtual time, one shared queue.
+ * ALGORITHM: weighted virtual time over a flattened share hierarchy, one shared queue.
+ *
+ * SHARING. The machine is shared as its cgroup tree says, with tenants as one more level
+ * (docs/sched-ext.md, "Sharing"). The hierarchy has three kinds of nodes:
+ *   - the root;
+ *   - a cgroup of the cpu controller, child of its parent cgroup, weighing its cpu.weight
+ *     (ops.cgroup_init, cgroup_set_weight, cgroup_move, cgroup_exit keep the tree);
+ *   - a tenant, child of the root, weighing its weight from the daemon (GPU-proportional times
+ *     the class factor, cpu.weight scale). A tenant's threads count in the tenant, wherever
+ *     their cgroups are; the cgroups' cpu.max still caps them.
+ * A node's own runnable threads compete with its active children as one group of weight 100
+ * (cpu.weight scale; in cgroup v2 only the root has both). Inside that group, threads split by
+ * their decision weights (the phase priority; the nice weight without a decision).
+ *
+ * Flattening (the scx_flatcg idea): instead of picking a node, then a child, then a thread, every
+ * runnable thread gets its share of the whole machine,
+ *
+ *	share(t) = hshare(node) * OWN / D(node) * w_t / S(node)
+ *	hshare(node) = prod over node and its ancestors below the root of  w(c) / D(parent(c))
+ *
+ * with D(x) the summed weights of x's active children plus OWN (100) while x has runnable
+ * threads of its own, S(x) the summed weights of those threads. A node is active while it has
+ * a runnable thread below it. Activity changes are counted up the tree (nr_runnable gates
+ * nr_active, one level at a time under tree_lock) and bump tree_gen; hshare is cached per node
+ * until tree_gen moves. S(x) changes on every wakeup and is read fresh.
  *
  * Each thread has a virtual time (task storage). When it stops running after `used` ns it is
  * charged
  *
- *	vtime += used * 1024 / eff_weight
+ *	vtime += used / share(t)		(FP_ONE fixed point: a share of 1 is the machine)
  *
  * and runnable threads wait in one shared DSQ ordered by vtime, so over time every busy thread
- * gets CPU in proportion to its effective weight. A waking thread's vtime is raised to at least
- * vtime_now - 20 ms, so sleeping earns at most one default slice of credit. vtime_now is the
- * largest vtime that started running from the queue (in order); tasks that went straight to an
- * idle CPU do not move it, or one low-weight task running alone would push every sleeper's
- * floor far past the queued tasks.
+ * gets CPU in proportion to its share, and every active node in proportion to its hshare.
  *
- * Two levels, for tenants. A process with no tenant competes as itself: eff_weight = weight *
- * tenant_weight / 100 (tenant_weight is 100 for such processes, so eff_weight = weight). A
- * tenant's processes share the tenant's weight, like the tasks of a cgroup with cpu.weight. We
- * flatten the two levels into one (as scx_flatcg does for cgroup trees): with W_T the tenant's
- * weight (cgroup scale, 100 = one average process's worth, i.e. 1024) and S_T the sum of the
- * decision weights of the tenant's *runnable* threads,
+ * Worked example, 2 CPUs. Cgroups A (cpu.weight 300) and B (100) under the root, 3 busy threads
+ * each, and a tenant T (weight 305: one GPU of one, training) with 4 threads. D(root) = 300 +
+ * 100 + 305 = 705: hshare A = 0.43, B = 0.14, T = 0.43; each A thread's share is 0.142, each B
+ * thread's 0.047, each T thread's 0.108. Equal vtime progress gives A:B:T = 300:100:305 of the
+ * two CPUs (with nothing else runnable), and it stays so if B starts 30 threads. The VM test (tests/vm, "sharing") measures
+ * such splits within 5 %.
  *
- *	eff_weight(thread i of tenant T) = W_T * 1024 / 100 * w_i / S_T
+ * LAG. vtime_now is the largest queue key (vtime + request, below) that started running in
+ * order from the shared queue (or that a CPU kept, see keep_prev). Every wakeup and every
+ * enqueue bounds the thread's key to
  *
- * so the tenant's threads together hold W_T * 1024 / 100 whatever number of them are busy, and
- * split it by their own weights. S_T is kept with atomic adds: a thread joins when it wakes
- * (ops.select_cpu, or ops.enqueue for wakeups that skip it) and leaves when it stops to sleep
- * (ops.stopping with runnable false) or leaves sched_ext (ops.disable): the runnable/quiescent
- * pairs, without two more callbacks per wakeup. Each thread remembers what it added (tenant slot
- * and weight) so that a decision changing while it is runnable cannot unbalance the sum; the
- * thread re-reads a changed decision at its next scheduling event and moves its contribution
- * then, so a CPU hog that never sleeps is counted as soon as it gets a decision.
- * To keep precision the charge is computed as used * num / den with num = S_T * 100 and den =
- * W_T * w_i (no tenant: num = 1024 * 100, den = w_i * tenant_weight).
+ *	vtime_now - credit  <=  key  <=  vtime_now + lead
  *
- * Worked example, one CPU. Tenant A (cpu.weight 300) runs 1 busy thread, tenant B (cpu.weight
- * 100) runs 3, all at weight 1024. A's thread is charged used * 1024*100 / (300*1024) = used/3,
- * each B thread used * 3072*100 / (100*1024) = 3 * used. Equal vtime progress means A's thread
- * runs 9 times as much as each B thread: A gets 9/12 = 75 %, B 25 % in total, 3:1 as the
- * weights say, and it stays 3:1 if B starts 30 threads.
+ * credit = one default slice (20 ms) of its own service, lead = two of its own slices (one is
+ * what any thread leads by after a slice taken from the head of the queue; the second covers the
+ * overrun to the tick that ends it). In service time: a sleeper gains at most 20 ms of CPU ahead
+ * of the threads that ran, and a thread that ran alone on an idle CPU, or was rescued, is at most
+ * two slices ahead of newcomers, which start at vtime_now. So a job that trained alone for an
+ * hour competes fairly from the first slice after neighbours arrive (the earlier design let its
+ * vtime run ahead unboundedly and starved it).
+ *
+ * CPU.MAX. ops.cgroup_set_bandwidth (and cgroup_init) give each cgroup its quota and period.
+ * Run time is charged to the quota of the thread's cgroup and of each ancestor with one (also
+ * for a tenant's thread); a cgroup that spent its quota is throttled: its threads are parked in
+ * a FIFO DSQ at enqueue, a running one loses its slice at the next tick (ops.tick), and a
+ * select_cpu that would put one on an idle CPU leaves it to ops.enqueue. A BPF timer every 5 ms
+ * starts the periods that ended (used -= quota per period; an overrun is debt the next period
+ * pays, so the long-run rate is the quota exactly; idle periods earn no credit; burst is not
+ * implemented) and moves the parked threads of thawed cgroups back into the shared queue with
+ * the key they had. Tasks already in the shared queue when their cgroup throttles run their
+ * slice; that too is debt.
+ *
+ * A CPU TAKEN by a higher sched class (an RT or deadline task): ops.cpu_release re-enqueues the
+ * tasks queued on its local DSQ, which would otherwise wait there until the CPU came back; they
+ * go to the shared queue (or preempt elsewhere). Linux 7.x logs that cpu_release is deprecated
+ * in favour of SCX_ENQ_IMMED; it works on 6.12 .. 7.3.
  *
  * Order within the queue. The queue key is vtime plus a virtual request, as in EEVDF:
  *
- *	key = vtime + request * 1024 / eff_weight,  request = latency target if set, else slice
+ *	key = vtime + request / share(t),  request = latency target if set, else slice
  *
  * A constant offset per thread does not change the long-run shares (those come from the
  * charges), but it puts a latency-critical thread (50 us target) ahead of a throughput thread
@@ -94,7 +125,8 @@
  *
  * Also: per-task storage with run time, burst lengths (CPU time between wakeups) and wakeup
  * counts; per-CPU counters (enum zernel_stat); CPU time per phase; the exit kind and reason via
- * the UEI helpers.
+ * the UEI helpers. The decision map is sized by the loader from max_tracked_tasks and allocates
+ * entries as they are written (BPF_F_NO_PREALLOC).
  *
  * COST. A wakeup runs select_cpu (or enqueue), running and stopping, and a CPU going idle runs
  * dispatch; these must cost about what scx_simple's do (docs/benchmarks.md). So:
@@ -104,12 +136,18 @@
  *   generation differs reads zernel_decisions once and caches the result (clamped, the node of
  *   the preferred CPU resolved). Between writes, that is no lookup at all; after one, one per
  *   thread. The cost of a global generation: one changed decision makes every thread look once.
- * - no ops.runnable / ops.quiescent: their work (wakeup count, sleeper credit, tenant load) is
- *   done in select_cpu / enqueue and stopping, which run anyway.
+ * - no ops.runnable / ops.quiescent: their work (wakeup count, lag bound, joining the node's
+ *   runnable weight) is done in select_cpu / enqueue and stopping, which run anyway.
+ * - the share hierarchy: a thread of the root cgroup (most threads of a test VM, kernel threads
+ *   on a real node) uses the root node in .bss: no map lookup. Others take one hash lookup of
+ *   their node per charge, plus one per ancestor when tree_gen has moved since the node's
+ *   hshare was cached. Joining and leaving a node is two atomic adds; only a node's first
+ *   runnable thread and its last going to sleep walk up the tree (under tree_lock, level by
+ *   level). cpu.max costs nothing while no cgroup has a quota (bw_nr == 0): no ops.tick work, no
+ *   throttle checks; with quotas, only threads below one pay an ancestor walk per charge.
  * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
- * - counters are per-CPU array slots (no shared cache line); the charge of a thread without a
- *   tenant needs no scaling loop.
+ * - counters are per-CPU array slots (no shared cache line).
  * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
  *   for a wakeup select_cpu found no idle CPU, or chose the waker's CPU on purpose (a
  *   synchronous wakeup), and a kick would undo that with an IPI and a migration.
@@ -122,8 +160,10 @@
  * 6.13, scx_bpf_consume -> scx_bpf_dsq_move_to_local, the 6.19 argument-struct variants of
  * select_cpu_and / dsq_insert_vtime, scx_bpf_now falling back to bpf_ktime_get_ns); the SCX_*
  * enum values are rodata read from the running kernel's BTF by the loader (SCX_ENUM_INIT); the
- * loader drops ops the kernel lacks at open with a warning. Only ops and kfuncs of 6.12 are
- * required. The timer callback takes the RCU read lock itself (the 6.16 verifier wants it for
+ * loader drops ops the kernel lacks at open with a warning (cgroup_set_bandwidth came in 6.17:
+ * before it cpu.max is not enforced, and the daemon says so, see docs/sched-ext.md). Only ops and
+ * kfuncs of 6.12 are required. The cgroup ops need CONFIG_EXT_GROUP_SCHED; without it every
+ * thread counts in the root node. The timer callback takes the RCU read lock itself (the 6.16 verifier wants it for
  * the DSQ iterator; 7.x implies it). Per-node idle masks (6.15+, SCX_OPS_BUILTIN_IDLE_PER_NODE)
  * are not used: node preference uses our own node cpumasks, built in ops.init from the loader's
  * CPU->node table. Tested on 7.3.4 and 6.16.3 (docs/sched-ext.md).
@@ -131,11 +171,21 @@
  * KNOWN WEAKNESSES.
  * - One shared queue: fine for tens of CPUs, a contention point on hundreds (scx_simple's
  *   trade-off). Per-node queues would be the next step.
- * - Flattening (like scx_flatcg): S_T changes as threads wake and sleep, and a thread is charged
- *   with the S_T of the moment it stops, so a tenant whose threads wake in a burst can briefly
- *   take more than its share. The error is bounded by one slice per thread.
- * - Tenant weights are relative to single processes with no tenant (100 = 1024), as cgroups
- *   compete with tasks in the root cgroup.
+ * - Flattening (like scx_flatcg): shares change as threads wake and sleep, and a thread is
+ *   charged with the share of the moment it stops, so a group whose threads wake in a burst can
+ *   briefly take more than its share (the thundering herd scx_flatcg describes). The error is
+ *   bounded by one slice per thread.
+ * - A node's own threads compete with its children as one group of weight 100, where CFS lets
+ *   each root-cgroup thread compete alone: on a real node the root holds kernel threads, and
+ *   treating them as one group keeps D(root) and the cached shares stable.
+ * - The share of a thread running alone on a CPU of a many-CPU machine is a fraction of the
+ *   machine it cannot exceed on one CPU; vtime then falls behind and the lag bound, not the
+ *   share, decides what it has when competition arrives (within two slices).
+ * - cgroups deeper than ZERNEL_MAX_LEVELS (12) levels: the ancestors above are ignored. More than
+ *   ZERNEL_MAX_BW (256) cgroups with a quota: the scheduler exits with an error (and the daemon
+ *   observes, then reloads).
+ * - cpu.max: enforced at tick granularity with debt carried over; cpu.max.burst is ignored.
+ * - The preemption victim search compares decision weights, not shares.
  * - Victim search for preemption is O(nr_cpus) per preempting wakeup with no idle CPU.
  * - The starvation scan is O(queue length) every 100 ms.
  * - A task's first slice after a decision is written runs with the values of its last enqueue.
@@ -152,7 +202,12 @@
  *   thread with an older generation than the value it saw: it looks once more, never too few.
  * - rescue_pending is cleared by a dispatch that found the rescue DSQ empty; a rescue racing
  *   with that is served when the next scan (100 ms) sets it again.
- * - Tenant weights and loads are read without locks: a charge may use a stale S_T.
+ * - Shares are read without locks: a charge may use a share a wakeup elsewhere just changed.
+ * - An activation and a deactivation of the same node racing through the levels: counts commute
+ *   under tree_lock, so the tree ends right; a concurrent hshare computation may cache a value
+ *   of the moment between, until tree_gen moves again.
+ * - Quota bookkeeping (bw_used) is atomic, the period start and throttled flag are not: a
+ *   refill racing with a charge may thaw a cgroup one 5 ms timer tick early or late.
  */
 #include <scx/common.bpf.h>
 
@@ -173,7 +228,8 @@ const volatile u64 inject_error_after_ns;
 
 /*
  * The decision generation (intf.h): the loader increments it after every write or delete in
- * zernel_decisions. A thread re-reads its process's decision only when this moved.
+ * zernel_decisions or zernel_tenants. A thread re-reads its process's decision only when this
+ * moved.
  */
 u64 zernel_decision_gen;
 
@@ -188,13 +244,27 @@ _Static_assert((int)ZERNEL_EXIT_ERROR_STALL == (int)SCX_EXIT_ERROR_STALL, "exit 
 enum {
 	ZERNEL_DSQ_SHARED = 0,		/* vtime-ordered queue of every waiting task */
 	ZERNEL_DSQ_RESCUE = 1,		/* FIFO of starved tasks, served first */
+	ZERNEL_DSQ_THROTTLED = 2,	/* FIFO of tasks whose cgroup spent its cpu.max quota */
 	ZERNEL_USED_MAX_NS = 1000000000, /* a single charge covers at most 1 s of run time */
 	ZERNEL_NO_PHASE = 0xFF,		/* task_ctx.phase of a thread with no decision */
+	ZERNEL_MAX_LEVELS = 12,		/* cgroup levels walked up; deeper ancestors are ignored */
+	ZERNEL_MAX_NODES_MAP = 65536,	/* cgroups + tenants + the root in the node map */
+	ZERNEL_MAX_BW = 256,		/* cgroups with a cpu.max quota that are enforced */
+	ZERNEL_BW_TICK_NS = 5000000,	/* how often quotas are refilled and tasks released */
 };
 
 #define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
 #define SLICE_MIN_NS ((u64)ZERNEL_SLICE_MIN_US * 1000)
 #define SLICE_MAX_NS ((u64)ZERNEL_SLICE_MAX_US * 1000)
+/* Fixed point of shares: FP_ONE is the whole machine. */
+#define FP_ONE (1ULL << 30)
+/* Node ids: 0 is the root; a cgroup's is its kernfs id; a tenant's this bit | its slot. */
+#define TENANT_NODE (1ULL << 63)
+/* The weight with which a node's own runnable threads, as one group, compete with its children:
+ * that of a cgroup of cpu.weight 100. */
+#define OWN_GROUP_W ((u64)ZERNEL_WEIGHT_DFL)
+/* A quota at or above this many us is "max" (the kernel passes RUNTIME_INF). */
+#define BW_QUOTA_INF_US (1ULL << 40)
 
 static u64 vtime_now;
 static u64 init_at;			/* ns: when ops.init ran */
@@ -205,9 +275,10 @@ static u64 init_at;			/* ns: when ops.init ran */
  */
 static u64 rescue_pending;
 
-/* The contract's maps (intf.h). */
+/* The contract's maps (intf.h). max_entries of zernel_decisions is set by the loader. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, ZERNEL_MAX_TASKS);
 	__type(key, u32);
 	__type(value, struct zernel_decision);
@@ -235,6 +306,51 @@ struct {
 } zernel_stats SEC(".maps");
 
 /*
+ * A node of the sharing hierarchy (see SHARING above): the root, a cgroup of the cpu controller,
+ * or a tenant. Fields marked (lock) change only under tree_lock; (atomic) with atomic adds.
+ */
+struct znode {
+	u64 parent;		/* id of the parent node (0 = the root); unused for the root */
+	u64 weight;		/* (lock) 1024 scale: cpu.weight 100 = 1024 */
+	s64 nr_runnable;	/* (atomic) its own runnable threads: gates nr_active */
+	s64 nr_active;		/* (lock) 1 for runnable own threads + 1 per active child */
+	s64 own_w;		/* (atomic) sum of the weights of its own runnable threads */
+	s64 child_w;		/* (lock) sum of the weights of its active children */
+	u64 hshare;		/* cache: its share of the machine, FP_ONE = all; valid at hgen */
+	u64 hgen;		/* tree_gen the cache was computed at; 0 = never */
+	u64 limited;		/* cache (hgen): 1 when it or an ancestor has a cpu.max quota */
+	u64 quota_ns;		/* cpu.max quota per period; 0 = none */
+	u64 period_ns;		/* cpu.max period */
+	s64 bw_used;		/* (atomic) ns run in this period, plus the debt of earlier ones */
+	u64 period_end;		/* ns: when the current period ends */
+	u64 throttled;		/* 1 while bw_used >= quota_ns */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, ZERNEL_MAX_NODES_MAP);
+	__type(key, u64);
+	__type(value, struct znode);
+} nodes SEC(".maps");
+
+/* Ids of the cgroups with a quota, scanned by the bandwidth timer; 0 = free slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ZERNEL_MAX_BW);
+	__type(key, u32);
+	__type(value, u64);
+} bw_ids SEC(".maps");
+
+/* The root node lives in .bss: root-cgroup threads, most of a test VM's, need no map lookup. */
+static struct znode root_node;
+/* Moves whenever some node's activity or weight changes: hshare caches older than it are stale. */
+static u64 tree_gen = 1;
+/* Non-zero while some cgroup has a quota: ops.tick does nothing otherwise. */
+static u64 bw_nr;
+private(ZTREE) struct bpf_spin_lock tree_lock;
+
+/*
  * Task storage: the shared part (intf.h), a scratch cpumask for the node search, and the
  * process's decision as this thread last read it (refreshed when zernel_decision_gen moves), so
  * that the hot paths need one task-storage lookup and no hash lookup.
@@ -245,6 +361,9 @@ struct task_ctx {
 	u64 gen;		/* zernel_decision_gen the cache below was read at; ~0 = never */
 	u64 slice;		/* ns: the decision's slice, clamped; SLICE_DFL_NS without one */
 	u64 lat_ns;		/* ns: latency target; 0 = none */
+	u64 cgid;		/* node id of its cgroup (0 = the root cgroup) */
+	u64 cnode;		/* node it is counted in while runnable (valid when joined) */
+	u64 key;		/* queue key it had when parked in the throttled DSQ */
 	u32 weight;		/* decision weight, clamped; 0 = no decision (weight from nice) */
 	u32 tweight;		/* decision's tenant_weight, clamped (cgroup scale) */
 	s32 pref_cpu;		/* preferred CPU, checked against nr_cpus; ZERNEL_NO_CPU = none */
@@ -254,7 +373,9 @@ struct task_ctx {
 	u8 flags;		/* enum zernel_decision_flags */
 	u8 in_order;		/* 1: queued in the shared queue, so it runs in vtime order */
 	u8 woke;		/* 1: ops.select_cpu counted this wakeup (ops.running clears) */
-	u8 __pad[6];
+	u8 joined;		/* 1: counted in cnode's runnable weight (pub.contrib_weight) */
+	u8 limited;		/* 1: its node or an ancestor has a cpu.max quota (last charge) */
+	u8 __pad[4];
 };
 
 struct {
@@ -293,16 +414,17 @@ struct {
 	__type(value, struct node_mask);
 } node_masks SEC(".maps");
 
-struct starve_timer {
+struct zernel_timer {
 	struct bpf_timer timer;
 };
 
+/* Slot 0: the starvation scan; slot 1: the bandwidth refill. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, u32);
-	__type(value, struct starve_timer);
-} starve_timers SEC(".maps");
+	__type(value, struct zernel_timer);
+} zernel_timers SEC(".maps");
 
 static __always_inline void stat_add(u32 idx, u64 v)
 {
@@ -332,83 +454,372 @@ static __always_inline bool has_tenant(const struct task_ctx *tctx)
 	return tctx->tenant < ZERNEL_MAX_TENANTS;
 }
 
-/* The decision weight: the process's, or the nice value's (p->scx.weight is 100 at nice 0). */
+/*
+ * The thread's weight inside its group: the decision's (a process outside any tenant scaled by
+ * its tenant_weight, 100 = x1), or the nice value's (p->scx.weight is 100 at nice 0).
+ */
 static __always_inline u64 task_weight(struct task_struct *p, const struct task_ctx *tctx)
 {
-	if (tctx->weight)
-		return tctx->weight;
+	if (tctx->weight) {
+		if (has_tenant(tctx) || tctx->tweight == ZERNEL_TENANT_WEIGHT_DFL)
+			return tctx->weight;
+		return clamp_u64((u64)tctx->weight * tctx->tweight / ZERNEL_TENANT_WEIGHT_DFL,
+				 ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	}
 	return clamp_u64((u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100, ZERNEL_WEIGHT_MIN,
 			 ZERNEL_WEIGHT_MAX);
 }
 
-/* The tenant's weight (cgroup scale): its array entry, else the decision's tenant_weight. */
-static u64 tenant_weight(const struct task_ctx *tctx)
+/* cpu.weight scale (100 = one nice-0 thread) -> the 1024 scale of thread weights. */
+static __always_inline u64 cg_to_1024(u64 w)
 {
-	u32 slot = tctx->tenant;
-	struct zernel_tenant *t = bpf_map_lookup_elem(&zernel_tenants, &slot);
+	return clamp_u64(w, ZERNEL_TENANT_WEIGHT_MIN, ZERNEL_TENANT_WEIGHT_MAX) *
+	       ZERNEL_WEIGHT_DFL / ZERNEL_TENANT_WEIGHT_DFL;
+}
 
-	if (t && t->weight)
-		return clamp_u64(t->weight, ZERNEL_TENANT_WEIGHT_MIN, ZERNEL_TENANT_WEIGHT_MAX);
-	return tctx->tweight;
+static __always_inline struct znode *node_get(u64 id)
+{
+	if (!id)
+		return &root_node;
+	return bpf_map_lookup_elem(&nodes, &id);
+}
+
+/* The node id of a cgroup of the cpu controller: 0 for the root. */
+static __always_inline u64 cgrp_node_id(struct cgroup *cgrp)
+{
+	return cgrp->level ? cgrp->kn->id : 0;
 }
 
 /*
- * Keeps the tenant's runnable weight in step with this (runnable) thread's decision: adds what
- * the thread should contribute and removes what it contributed before, if that differs.
+ * Activity changes of a node, carried up the tree: a node is active while nr_active > 0, and an
+ * active node's weight is in its parent's child_w. The lock covers one level at a time
+ * (bpf_spin_lock allows no calls while held); the counts commute, so an activation and a
+ * deactivation of the same node racing through the levels leave them right.
  */
-static void tenant_account(struct task_struct *p, struct task_ctx *tctx)
+__noinline int zernel_propagate(u64 id, u32 activate)
 {
-	struct zernel_task_ctx *tc = &tctx->pub;
-	u16 want_slot = tctx->tenant;
-	s64 want_w = has_tenant(tctx) ? (s64)task_weight(p, tctx) : 0;
+	u32 i;
+
+	for (i = 0; i < ZERNEL_MAX_LEVELS; i++) {
+		struct znode *n = node_get(id), *pn = NULL;
+		bool up = false;
+		u64 pid;
+
+		if (!n)
+			break;
+		pid = n->parent;
+		if (id)
+			pn = node_get(pid);
+		bpf_spin_lock(&tree_lock);
+		if (activate) {
+			/* The first level: its own threads start to compete, as one child. */
+			if (i == 0)
+				n->child_w += OWN_GROUP_W;
+			if (n->nr_active++ == 0 && pn) {
+				pn->child_w += n->weight;
+				up = true;
+			}
+		} else {
+			if (i == 0)
+				n->child_w -= OWN_GROUP_W;
+			if (--n->nr_active == 0 && pn) {
+				pn->child_w -= n->weight;
+				up = true;
+			}
+		}
+		bpf_spin_unlock(&tree_lock);
+		if (!up)
+			break;
+		id = pid;
+	}
+	/* Every call changed some child_w: the shares cached with the old sums are stale. */
+	__sync_fetch_and_add(&tree_gen, 1);
+	return 0;
+}
+
+static void node_set_weight(u64 id, u64 w1024)
+{
+	struct znode *n = node_get(id), *pn = NULL;
+
+	if (!n)
+		return;
+	if (id)
+		pn = node_get(n->parent);
+	bpf_spin_lock(&tree_lock);
+	if (pn && n->nr_active > 0)
+		pn->child_w += (s64)w1024 - (s64)n->weight;
+	n->weight = w1024;
+	bpf_spin_unlock(&tree_lock);
+	__sync_fetch_and_add(&tree_gen, 1);
+}
+
+static void tenant_load_add(u64 id, s64 w, s64 n)
+{
 	struct zernel_tenant_load *load;
 	u32 slot;
 
-	if (tc->contrib_tenant == want_slot && tc->contrib_weight == want_w)
+	if (!(id & TENANT_NODE))
 		return;
-	if (tc->contrib_tenant < ZERNEL_MAX_TENANTS) {
-		slot = tc->contrib_tenant;
-		load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
-		if (load) {
-			__sync_fetch_and_sub(&load->runnable_weight, tc->contrib_weight);
-			__sync_fetch_and_sub(&load->runnable_threads, 1);
-		}
-	}
-	tc->contrib_tenant = ZERNEL_NO_TENANT;
-	tc->contrib_weight = 0;
-	if (want_slot < ZERNEL_MAX_TENANTS) {
-		slot = want_slot;
-		load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
-		if (load) {
-			__sync_fetch_and_add(&load->runnable_weight, want_w);
-			__sync_fetch_and_add(&load->runnable_threads, 1);
-			tc->contrib_tenant = want_slot;
-			tc->contrib_weight = want_w;
-		}
+	slot = (u32)(id & 0xFFFF);
+	load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
+	if (load) {
+		__sync_fetch_and_add(&load->runnable_weight, w);
+		__sync_fetch_and_add(&load->runnable_threads, n);
 	}
 }
 
-static void tenant_unaccount(struct zernel_task_ctx *tc)
+/* A runnable thread of weight w joins node id (its own threads). */
+static void node_join(u64 id, s64 w)
 {
-	struct zernel_tenant_load *load;
-	u32 slot;
+	struct znode *n = node_get(id);
 
-	if (tc->contrib_tenant >= ZERNEL_MAX_TENANTS)
+	if (!n)
 		return;
-	slot = tc->contrib_tenant;
-	load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
-	if (load) {
-		__sync_fetch_and_sub(&load->runnable_weight, tc->contrib_weight);
-		__sync_fetch_and_sub(&load->runnable_threads, 1);
+	__sync_fetch_and_add(&n->own_w, w);
+	tenant_load_add(id, w, 1);
+	if (__sync_fetch_and_add(&n->nr_runnable, 1) == 0)
+		zernel_propagate(id, 1);
+}
+
+static void node_leave(u64 id, s64 w)
+{
+	struct znode *n = node_get(id);
+
+	if (!n)
+		return;
+	__sync_fetch_and_sub(&n->own_w, w);
+	tenant_load_add(id, -w, -1);
+	if (__sync_fetch_and_sub(&n->nr_runnable, 1) == 1)
+		zernel_propagate(id, 0);
+}
+
+/* The tenant's node, created at its first use, its weight kept equal to the tenant's. */
+__noinline u64 zernel_tenant_node(u32 slot, u64 tweight)
+{
+	u64 id = TENANT_NODE | (slot & 0xFFFF), w;
+	struct zernel_tenant *t = bpf_map_lookup_elem(&zernel_tenants, &slot);
+	struct znode *n;
+
+	w = cg_to_1024(t && t->weight ? t->weight : tweight);
+	n = bpf_map_lookup_elem(&nodes, &id);
+	if (!n) {
+		struct znode init = { .parent = 0, .weight = w };
+
+		bpf_map_update_elem(&nodes, &id, &init, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&nodes, &id);
+		if (!n)
+			return 0;
 	}
-	tc->contrib_tenant = ZERNEL_NO_TENANT;
-	tc->contrib_weight = 0;
+	if (n->weight != w)
+		node_set_weight(id, w);
+	return id;
+}
+
+/* The node a thread is counted in: its tenant's, else its cgroup's (the root if unknown). */
+static u64 task_node(const struct task_ctx *tctx)
+{
+	u64 id = tctx->cgid;
+
+	if (has_tenant(tctx))
+		return zernel_tenant_node(tctx->tenant, tctx->tweight);
+	if (id && !bpf_map_lookup_elem(&nodes, &id))
+		return 0;
+	return id;
+}
+
+/*
+ * Keeps the thread's contribution (node and weight) in step with its decision and cgroup, for a
+ * runnable thread: leaves what it joined before if that differs, joins what it should.
+ */
+static void task_account(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_task_ctx *tc = &tctx->pub;
+	s64 w = (s64)task_weight(p, tctx);
+	u64 id = task_node(tctx);
+
+	if (tctx->joined && tctx->cnode == id && tc->contrib_weight == w)
+		return;
+	if (tctx->joined)
+		node_leave(tctx->cnode, tc->contrib_weight);
+	node_join(id, w);
+	tctx->joined = 1;
+	tctx->cnode = id;
+	tc->contrib_weight = w;
+	tc->contrib_tenant = (id & TENANT_NODE) ? (u16)(id & 0xFFFF) : ZERNEL_NO_TENANT;
+}
+
+static void task_unaccount(struct task_ctx *tctx)
+{
+	if (!tctx->joined)
+		return;
+	node_leave(tctx->cnode, tctx->pub.contrib_weight);
+	tctx->joined = 0;
+	tctx->pub.contrib_weight = 0;
+	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
+}
+
+/*
+ * A node's share of the machine: the product, over it and its ancestors below the root, of
+ * weight / (sum of the weights of the active children of the parent + the parent's own runnable
+ * threads). Cached per node until tree_gen moves. Also notes whether a quota applies on the way.
+ */
+__noinline u64 zernel_node_hshare(u64 id)
+{
+	u64 gen = tree_gen, f = FP_ONE, limited, cur = id;
+	struct znode *n = node_get(id);
+	u32 i;
+
+	if (!n)
+		return FP_ONE;
+	if (!id || n->hgen == gen)
+		return n->hshare ? n->hshare : FP_ONE;
+	limited = n->quota_ns ? 1 : 0;
+	for (i = 0; i < ZERNEL_MAX_LEVELS && cur; i++) {
+		struct znode *c = node_get(cur), *pn;
+		u64 w, d;
+
+		if (!c)
+			break;
+		pn = node_get(c->parent);
+		if (!pn)
+			break;
+		if (pn->quota_ns)
+			limited = 1;
+		w = c->weight ? c->weight : 1;
+		d = (u64)pn->child_w;
+		if ((s64)d < (s64)w)
+			d = w;
+		f = f * w / d;
+		cur = c->parent;
+	}
+	if (!f)
+		f = 1;
+	n = node_get(id);
+	if (n) {
+		n->hshare = f;
+		n->limited = limited;
+		n->hgen = gen;
+	}
+	return f;
+}
+
+/*
+ * The thread's share of the machine, FP_ONE = all of it: its node's share times its weight over
+ * the weight of the node's runnable threads and active children.
+ */
+static u64 task_share(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 id = tctx->joined ? tctx->cnode : task_node(tctx);
+	u64 w = task_weight(p, tctx), hs, d, s, own;
+	struct znode *n = node_get(id);
+
+	if (!n)
+		return FP_ONE;
+	hs = id ? zernel_node_hshare(id) : FP_ONE;
+	/* cpu.max follows the cgroup, also for a tenant's thread. */
+	tctx->limited = 0;
+	if (bw_nr && tctx->cgid) {
+		struct znode *cn;
+
+		zernel_node_hshare(tctx->cgid);
+		cn = node_get(tctx->cgid);
+		if (cn)
+			tctx->limited = (u8)cn->limited;
+	}
+	/* Its weight among its node's own threads, times their group's among the node's children. */
+	own = (u64)n->own_w;
+	if ((s64)own < (s64)w)
+		own = w;
+	d = (u64)n->child_w;
+	if ((s64)d < (s64)OWN_GROUP_W)
+		d = OWN_GROUP_W;
+	s = hs * w / own * OWN_GROUP_W / d;
+	return s ? s : 1;
+}
+
+/* Virtual time for ns of run time at a share: ns * FP_ONE / share. */
+static __always_inline u64 vscale(u64 ns, u64 share)
+{
+	if (ns > ZERNEL_USED_MAX_NS)
+		ns = ZERNEL_USED_MAX_NS;
+	return ns * FP_ONE / (share ? share : 1);
+}
+
+/* The request that sets the queue position: the latency target, else the slice. */
+static __always_inline u64 task_request(const struct task_ctx *tctx)
+{
+	return tctx->lat_ns ? tctx->lat_ns : tctx->slice;
+}
+
+/*
+ * Lag bound, on queue keys (vtime + request): a thread's key stays within one default slice of
+ * its own service below vtime_now (the credit of a sleeper) and two of its own slices above it
+ * (the lead of a thread that ran alone, on an idle CPU, or was rescued; one slice is what any
+ * thread leads by after a slice from the head of the queue, the second covers its overrun). See
+ * LAG in the opening comment.
+ */
+static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share)
+{
+	u64 v = vtime_now, req = vscale(task_request(tctx), share);
+	u64 lo = v - vscale(SLICE_DFL_NS, share), hi = v + 2 * vscale(tctx->slice, share);
+	u64 key = tctx->pub.vtime + req;
+
+	if (time_before(key, lo)) {
+		tctx->pub.vtime = lo - req;
+	} else if (time_after(key, hi)) {
+		tctx->pub.vtime = hi - req;
+		stat_inc(ZERNEL_STAT_LAG_CLAMP);
+	}
+}
+
+/* ---- cpu.max ---- */
+
+/* True when the node or an ancestor has spent its quota. */
+__noinline int zernel_node_throttled(u64 id)
+{
+	u32 i;
+
+	for (i = 0; i < ZERNEL_MAX_LEVELS; i++) {
+		struct znode *n = node_get(id);
+
+		if (!n)
+			return 0;
+		if (n->throttled)
+			return 1;
+		if (!id)
+			return 0;
+		id = n->parent;
+	}
+	return 0;
+}
+
+static __always_inline bool task_throttled(struct task_ctx *tctx)
+{
+	return tctx->limited && bw_nr && zernel_node_throttled(tctx->cgid);
+}
+
+/* Charges run time to the quotas of the cgroup and its ancestors. */
+__noinline int zernel_bw_charge(u64 id, u64 used)
+{
+	u32 i;
+
+	for (i = 0; i < ZERNEL_MAX_LEVELS && id; i++) {
+		struct znode *n = node_get(id);
+
+		if (!n)
+			return 0;
+		if (n->quota_ns &&
+		    __sync_add_and_fetch(&n->bw_used, (s64)used) >= (s64)n->quota_ns)
+			n->throttled = 1;
+		id = n->parent;
+	}
+	return 0;
 }
 
 /*
  * Re-reads the process's decision into the thread's cache (the one hash lookup, done only when
  * the loader changed some decision since this thread last looked). Every caller runs for a
- * runnable thread, so the tenant contribution follows the new decision at once.
+ * runnable thread, so its contribution follows the new decision at once.
  */
 static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx, u64 gen)
 {
@@ -449,7 +860,8 @@ static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx
 		tctx->phase = d->phase < ZERNEL_PHASE_NR ? d->phase : ZERNEL_PHASE_UNKNOWN;
 		tctx->flags = d->flags;
 	}
-	tenant_account(p, tctx);
+	if (tctx->joined)
+		task_account(p, tctx);
 }
 
 /* The thread's storage with its decision cache up to date: one lookup on the hot paths. */
@@ -464,60 +876,6 @@ static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
 	if (tctx->gen != gen)
 		task_refresh(p, tctx, gen);
 	return tctx;
-}
-
-/*
- * The vtime charge per ns of run time is num / den (see the opening comment). den <= 10^9;
- * num = S_T * 100 could reach 2^40 (65,536 threads of weight 100,000), so both are shifted
- * down until num < 2^33: then used (<= 1 s < 2^30) * num stays below 2^63.
- */
-struct charge {
-	u64 num;
-	u64 den;
-};
-
-static __always_inline void task_charge(struct task_struct *p, const struct task_ctx *tctx,
-					struct charge *c)
-{
-	u64 w = task_weight(p, tctx);
-	int i;
-
-	if (!has_tenant(tctx)) {
-		/* num is 102,400, den at most 10^9: no scaling needed. */
-		c->num = (u64)ZERNEL_WEIGHT_DFL * 100;
-		c->den = w * tctx->tweight;
-		return;
-	}
-	{
-		u32 slot = tctx->tenant;
-		struct zernel_tenant_load *load = bpf_map_lookup_elem(&zernel_tenant_load, &slot);
-		s64 sum = load ? load->runnable_weight : 0;
-
-		if (sum < (s64)w)
-			sum = w;
-		c->num = (u64)sum * 100;
-		c->den = tenant_weight(tctx) * w;
-	}
-	/* Bounded: num < 2^41 to start with. */
-	for (i = 0; i < 8 && c->num >= (1ULL << 33); i++) {
-		c->num >>= 1;
-		c->den >>= 1;
-	}
-	if (!c->den)
-		c->den = 1;
-}
-
-static __always_inline u64 scale_charge(u64 ns, const struct charge *c)
-{
-	if (ns > ZERNEL_USED_MAX_NS)
-		ns = ZERNEL_USED_MAX_NS;
-	return ns * c->num / c->den;
-}
-
-/* The request that sets the queue position: the latency target, else the slice. */
-static __always_inline u64 task_request(const struct task_ctx *tctx)
-{
-	return tctx->lat_ns ? tctx->lat_ns : tctx->slice;
 }
 
 /*
@@ -538,22 +896,17 @@ static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_f
 }
 
 /*
- * A waking thread: counts the wakeup, limits the credit its sleep earned, and (re)joins its
- * tenant's runnable weight. Called from ops.select_cpu and, for wakeups that skip it (one
- * allowed CPU, migration disabled), from ops.enqueue: the work of ops.runnable, without the
- * cost of a separate callback on every wakeup.
+ * A waking thread: counts the wakeup, joins its node's runnable weight and bounds its lag. Called
+ * from ops.select_cpu and, for wakeups that skip it (one allowed CPU, migration disabled), from
+ * ops.enqueue: the work of ops.runnable, without the cost of a separate callback on every wakeup.
  */
 static __always_inline void task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
 {
-	u64 floor = vtime_now - SLICE_DFL_NS;
-
 	if (ttwu)	/* not a new task's first placement (SCX_WAKE_FORK) */
 		tctx->pub.wakeups++;
 	tctx->woke = 1;
-	/* Sleeping earns at most one default slice of credit. */
-	if (vtime_now > SLICE_DFL_NS && time_before(tctx->pub.vtime, floor))
-		tctx->pub.vtime = floor;
-	tenant_account(p, tctx);
+	task_account(p, tctx);
+	clamp_lag(tctx, task_share(p, tctx));
 }
 
 /*
@@ -685,6 +1038,9 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 	if (tctx) {
 		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
+		/* Over its cgroup's quota: ops.enqueue parks it. */
+		if (task_throttled(tctx))
+			return prev_cpu;
 		slice = tctx->slice;
 		if (tctx->pref_cpu >= 0 || tctx->pref_node >= 0) {
 			cpu = pick_preferred(p, tctx);
@@ -715,9 +1071,8 @@ static bool would_lead(u64 key)
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	struct charge c;
 	bool woke;
-	u64 key;
+	u64 key, share;
 	s32 cpu;
 
 	if (!tctx) {
@@ -734,19 +1089,30 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	} else {
 		stat_inc(ZERNEL_STAT_UNDECIDED);
 	}
+	if (enq_flags & SCX_ENQ_REENQ)
+		stat_inc(ZERNEL_STAT_REENQ);
 	woke = tctx->woke;
 	if ((enq_flags & SCX_ENQ_WAKEUP) && !woke)
 		task_wakes(p, tctx, true);	/* ops.select_cpu was skipped */
 	else
-		tenant_account(p, tctx);
+		task_account(p, tctx);
 	tctx->in_order = 0;
+	share = task_share(p, tctx);
+	clamp_lag(tctx, share);
+	key = tctx->pub.vtime + vscale(task_request(tctx), share);
+
+	/* Its cgroup (or an ancestor) spent its cpu.max quota: wait for the next period. */
+	if (task_throttled(tctx)) {
+		tctx->key = key;
+		scx_bpf_dsq_insert(p, ZERNEL_DSQ_THROTTLED, tctx->slice, enq_flags);
+		stat_inc(ZERNEL_STAT_THROTTLED);
+		return;
+	}
 
 	if ((tctx->flags & ZERNEL_DF_PREEMPT) && (enq_flags & SCX_ENQ_WAKEUP) &&
 	    try_preempt(p, tctx, enq_flags))
 		return;
 
-	task_charge(p, tctx, &c);
-	key = tctx->pub.vtime + scale_charge(task_request(tctx), &c);
 	/*
 	 * A preempting task put back while runnable (its slice ran out, or a higher class took
 	 * the CPU) that would be the head of the shared queue: no CPU looks at the queue before
@@ -758,6 +1124,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	tctx->pub.queued_at = now_ns();
 	tctx->in_order = 1;
+	tctx->key = key;
 	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, tctx->slice, key, enq_flags);
 	stat_inc(ZERNEL_STAT_GLOBAL);
 
@@ -780,15 +1147,15 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx, u64 now)
 {
 	struct zernel_task_ctx *tc = &tctx->pub;
-	struct charge c;
 	u64 used;
 
 	if (!tc->running_at)
 		return;
 	used = time_delta(now, tc->running_at);
 	tc->running_at = now;
-	task_charge(p, tctx, &c);
-	tc->vtime += scale_charge(used, &c);
+	tc->vtime += vscale(used, task_share(p, tctx));
+	if (tctx->limited && bw_nr)
+		zernel_bw_charge(tctx->cgid, used);
 	tc->runtime_ns += used;
 	tc->burst_ns += used;
 	if (tctx->phase < ZERNEL_PHASE_NR)
@@ -807,30 +1174,29 @@ static __always_inline void account_run(struct task_struct *p, struct task_ctx *
 static bool keep_prev(struct task_struct *prev, s32 cpu)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
-	u64 now = now_ns(), key;
+	u64 now = now_ns(), key, share;
 	struct task_struct *head;
 	struct cpu_state *cs;
-	struct charge c;
 
 	if (!tctx)
 		return false;
+	/* Settle the charge so far, as if it had stopped and started again. */
+	account_run(prev, tctx, now);
+	if (task_throttled(tctx))
+		return false;
+	share = task_share(prev, tctx);
+	clamp_lag(tctx, share);
 	head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
 	if (head) {
 		/* A head that cannot run here is not our competitor: let move_to_local choose. */
 		if (!bpf_cpumask_test_cpu(cpu, head->cpus_ptr))
 			return false;
-		task_charge(prev, tctx, &c);
-		key = tctx->pub.vtime;
-		if (tctx->pub.running_at)
-			key += scale_charge(time_delta(now, tctx->pub.running_at), &c);
-		key += scale_charge(task_request(tctx), &c);
-		if (time_before(head->scx.dsq_vtime, key))
-			return false;
 	}
-	/* Settle the charge so far, as if it had stopped and started again. */
-	account_run(prev, tctx, now);
-	if (time_before(vtime_now, tctx->pub.vtime))
-		vtime_now = tctx->pub.vtime;
+	key = tctx->pub.vtime + vscale(task_request(tctx), share);
+	if (head && time_before(head->scx.dsq_vtime, key))
+		return false;
+	if (time_before(vtime_now, key))
+		vtime_now = key;
 	scx_bpf_task_set_slice(prev, tctx->slice);
 	cs = task_cpu_state(prev);
 	if (cs)
@@ -879,11 +1245,12 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 	/*
 	 * vtime_now follows the front of the queue: only a task that comes from the shared queue
 	 * (in vtime order) moves it. One that went straight to an idle CPU or was rescued may be
-	 * far ahead (a low weight running alone), and would push every sleeper's floor past all
-	 * the queued tasks. Racy, as in scx_simple: a lost update only lowers the floor a moment.
+	 * far ahead, and would push every sleeper's floor past all the queued tasks (the lag
+	 * bound keeps such a thread within a slice of vtime_now when it next queues). Racy, as in
+	 * scx_simple: a lost update only lowers the floor a moment.
 	 */
-	if (tctx->in_order && time_before(vtime_now, tctx->pub.vtime))
-		vtime_now = tctx->pub.vtime;
+	if (tctx->in_order && time_before(vtime_now, tctx->key))
+		vtime_now = tctx->key;
 	tctx->in_order = 0;
 }
 
@@ -901,12 +1268,43 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 	account_run(p, tctx, now_ns());
 	tc->running_at = 0;
 	if (!runnable) {
-		/* Going to sleep: the burst ends, and the thread leaves its tenant's load. */
+		/* Going to sleep: the burst ends, and the thread leaves its node's load. */
 		tc->last_burst_ns = tc->burst_ns;
 		tc->avg_burst_ns = tc->avg_burst_ns - (tc->avg_burst_ns >> 3) + (tc->burst_ns >> 3);
 		tc->burst_ns = 0;
-		tenant_unaccount(tc);
+		task_unaccount(tctx);
 	}
+}
+
+/*
+ * Only while some cgroup has a quota: charges the running thread's cgroup as it runs, and ends
+ * its slice at the tick that finds the quota spent (at most one tick over; the overrun is debt
+ * that the next period pays back).
+ */
+void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
+{
+	struct task_ctx *tctx;
+
+	if (!bw_nr)
+		return;
+	tctx = task_ctx_get(p);
+	if (!tctx || !tctx->limited)
+		return;
+	account_run(p, tctx, now_ns());
+	if (task_throttled(tctx)) {
+		scx_bpf_task_set_slice(p, 0);
+		stat_inc(ZERNEL_STAT_THROTTLE_CUT);
+	}
+}
+
+/*
+ * A CPU taken by a higher sched class (an RT or deadline task): the tasks already queued on its
+ * local DSQ would wait until that task is done. Put them back through ops.enqueue, which places
+ * them elsewhere.
+ */
+void BPF_STRUCT_OPS(zernel_cpu_release, s32 cpu, struct scx_cpu_release_args *args)
+{
+	scx_bpf_reenqueue_local();
 }
 
 void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
@@ -922,7 +1320,7 @@ void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
 	if (tctx)
-		tenant_unaccount(&tctx->pub);
+		task_unaccount(tctx);
 }
 
 s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task_args *args)
@@ -943,6 +1341,9 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->pref_node = ZERNEL_NO_CPU;
 	tctx->tenant = ZERNEL_NO_TENANT;
 	tctx->phase = ZERNEL_NO_PHASE;
+	tctx->cgid = 0;
+	if (bpf_core_field_exists(args->cgroup) && args->cgroup)
+		tctx->cgid = cgrp_node_id(args->cgroup);
 	mask = bpf_cpumask_create();
 	if (!mask)
 		return -ENOMEM;
@@ -951,6 +1352,128 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 		bpf_cpumask_release(mask);
 	return 0;
 }
+
+/* ---- cgroups ---- */
+
+/* Registers (quota) or drops (none) the cgroup's bandwidth slot. */
+static void bw_register(u64 id, bool on)
+{
+	u32 i;
+
+	bpf_for(i, 0, ZERNEL_MAX_BW) {
+		u32 k = i;
+		u64 *slot = bpf_map_lookup_elem(&bw_ids, &k);
+
+		if (!slot)
+			return;
+		if (*slot == id) {
+			if (!on) {
+				*slot = 0;
+				__sync_fetch_and_sub(&bw_nr, 1);
+			}
+			return;
+		}
+	}
+	if (!on)
+		return;
+	bpf_for(i, 0, ZERNEL_MAX_BW) {
+		u32 k = i;
+		u64 *slot = bpf_map_lookup_elem(&bw_ids, &k);
+
+		if (!slot)
+			return;
+		if (__sync_val_compare_and_swap(slot, 0, id) == 0) {
+			__sync_fetch_and_add(&bw_nr, 1);
+			return;
+		}
+	}
+	scx_bpf_error("more than %d cgroups with a cpu.max quota", ZERNEL_MAX_BW);
+}
+
+static void node_set_bandwidth(u64 id, u64 period_us, u64 quota_us)
+{
+	struct znode *n = node_get(id);
+	bool on;
+
+	if (!n || !id)
+		return;
+	on = quota_us < BW_QUOTA_INF_US && period_us;
+	n->quota_ns = on ? quota_us * 1000 : 0;
+	n->period_ns = on ? period_us * 1000 : 0;
+	n->bw_used = 0;
+	n->period_end = now_ns() + n->period_ns;
+	n->throttled = 0;
+	bw_register(id, on);
+	__sync_fetch_and_add(&tree_gen, 1);
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_cgroup_init, struct cgroup *cgrp,
+			     struct scx_cgroup_init_args *args)
+{
+	u64 id = cgrp_node_id(cgrp);
+	struct znode init = {}, *n;
+	struct cgroup *parent;
+
+	if (!id) {
+		root_node.weight = ZERNEL_WEIGHT_DFL;
+		return 0;
+	}
+	init.weight = cg_to_1024(args->weight);
+	if (cgrp->level > 1) {
+		parent = bpf_cgroup_ancestor(cgrp, cgrp->level - 1);
+		if (!parent)
+			return -ENOENT;
+		init.parent = parent->kn->id;
+		bpf_cgroup_release(parent);
+	}
+	if (bpf_map_update_elem(&nodes, &id, &init, BPF_ANY))
+		return -ENOMEM;
+	n = bpf_map_lookup_elem(&nodes, &id);
+	if (!n)
+		return -ENOENT;
+	if (bpf_core_field_exists(args->bw_quota_us))
+		node_set_bandwidth(id, args->bw_period_us, args->bw_quota_us);
+	return 0;
+}
+
+void BPF_STRUCT_OPS(zernel_cgroup_exit, struct cgroup *cgrp)
+{
+	u64 id = cgrp_node_id(cgrp);
+	struct znode *n;
+
+	if (!id)
+		return;
+	n = bpf_map_lookup_elem(&nodes, &id);
+	if (n && n->quota_ns)
+		bw_register(id, false);
+	bpf_map_delete_elem(&nodes, &id);
+	__sync_fetch_and_add(&tree_gen, 1);
+}
+
+void BPF_STRUCT_OPS(zernel_cgroup_move, struct task_struct *p, struct cgroup *from,
+		    struct cgroup *to)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+
+	if (!tctx)
+		return;
+	tctx->cgid = cgrp_node_id(to);
+	if (tctx->joined)
+		task_account(p, tctx);
+}
+
+void BPF_STRUCT_OPS(zernel_cgroup_set_weight, struct cgroup *cgrp, u32 weight)
+{
+	node_set_weight(cgrp_node_id(cgrp), cg_to_1024(weight));
+}
+
+void BPF_STRUCT_OPS_SLEEPABLE(zernel_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us,
+			      u64 quota_us, u64 burst_us)
+{
+	node_set_bandwidth(cgrp_node_id(cgrp), period_us, quota_us);
+}
+
+/* ---- timers ---- */
 
 /* Moves tasks queued longer than starve_ns to the rescue DSQ. */
 static int starve_scan(void *map, int *key, struct bpf_timer *timer)
@@ -994,6 +1517,77 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 	return 0;
 }
 
+/* Starts the periods that ended, paying back what the quota covers; true when one thawed. */
+static bool bw_refill(u64 now)
+{
+	bool thawed = false;
+	u32 i;
+
+	bpf_for(i, 0, ZERNEL_MAX_BW) {
+		u32 k = i;
+		u64 *slot = bpf_map_lookup_elem(&bw_ids, &k), id, periods;
+		struct znode *n;
+		s64 used;
+
+		if (!slot || !*slot)
+			continue;
+		id = *slot;
+		n = bpf_map_lookup_elem(&nodes, &id);
+		if (!n || !n->quota_ns || !n->period_ns || time_before(now, n->period_end))
+			continue;
+		periods = time_delta(now, n->period_end) / n->period_ns + 1;
+		if (periods > 1000)
+			periods = 1000;
+		used = __sync_sub_and_fetch(&n->bw_used, (s64)(periods * n->quota_ns));
+		if (used < 0)
+			__sync_fetch_and_sub(&n->bw_used, used);	/* no credit from idle periods */
+		n->period_end += periods * n->period_ns;
+		if (n->throttled && used < (s64)n->quota_ns) {
+			n->throttled = 0;
+			thawed = true;
+		}
+	}
+	return thawed;
+}
+
+/* Tasks parked in the throttled DSQ whose cgroups have quota again go back to the queue. */
+static void bw_release(void)
+{
+	struct task_struct *p;
+
+	bpf_rcu_read_lock();
+	bpf_for_each(scx_dsq, p, ZERNEL_DSQ_THROTTLED, 0) {
+		struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+		s32 cpu;
+
+		if (tctx && zernel_node_throttled(tctx->cgid))
+			continue;
+		if (tctx) {
+			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, tctx->key);
+			tctx->pub.queued_at = now_ns();
+			tctx->in_order = 1;
+		}
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_SHARED, 0))
+			continue;
+		stat_inc(ZERNEL_STAT_UNTHROTTLED);
+		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+		if (cpu >= 0)
+			scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	}
+	bpf_rcu_read_unlock();
+}
+
+static int bw_timer(void *map, int *key, struct bpf_timer *timer)
+{
+	if (bw_nr) {
+		bw_refill(now_ns());
+		if (scx_bpf_dsq_nr_queued(ZERNEL_DSQ_THROTTLED) > 0)
+			bw_release();
+	}
+	bpf_timer_start(timer, ZERNEL_BW_TICK_NS, 0);
+	return 0;
+}
+
 /* Node cpumasks from the loader's cpu_node table: one empty mask per node, then each CPU's bit. */
 static s32 build_node_masks(void)
 {
@@ -1032,21 +1626,35 @@ static s32 build_node_masks(void)
 	return 0;
 }
 
+static s32 start_timer(u32 idx, void *cb, u64 after_ns)
+{
+	struct zernel_timer *t = bpf_map_lookup_elem(&zernel_timers, &idx);
+	s32 ret;
+
+	if (!t)
+		return -ENOENT;
+	ret = bpf_timer_init(&t->timer, &zernel_timers, CLOCK_MONOTONIC);
+	if (!ret)
+		ret = bpf_timer_set_callback(&t->timer, cb);
+	if (!ret)
+		ret = bpf_timer_start(&t->timer, after_ns, 0);
+	return ret;
+}
+
 s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 {
-	struct starve_timer *st;
-	u32 zero = 0;
 	s32 ret;
 
 	init_at = now_ns();
+	if (!root_node.weight)
+		root_node.weight = ZERNEL_WEIGHT_DFL;
 	ret = scx_bpf_create_dsq(ZERNEL_DSQ_SHARED, -1);
+	if (!ret)
+		ret = scx_bpf_create_dsq(ZERNEL_DSQ_RESCUE, -1);
+	if (!ret)
+		ret = scx_bpf_create_dsq(ZERNEL_DSQ_THROTTLED, -1);
 	if (ret) {
-		scx_bpf_error("creating the shared DSQ: %d", ret);
-		return ret;
-	}
-	ret = scx_bpf_create_dsq(ZERNEL_DSQ_RESCUE, -1);
-	if (ret) {
-		scx_bpf_error("creating the rescue DSQ: %d", ret);
+		scx_bpf_error("creating the DSQs: %d", ret);
 		return ret;
 	}
 	ret = build_node_masks();
@@ -1054,18 +1662,11 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 		scx_bpf_error("building the NUMA node cpumasks: %d", ret);
 		return ret;
 	}
-	st = bpf_map_lookup_elem(&starve_timers, &zero);
-	if (!st) {
-		scx_bpf_error("no starvation timer");
-		return -ENOENT;
-	}
-	ret = bpf_timer_init(&st->timer, &starve_timers, CLOCK_MONOTONIC);
+	ret = start_timer(0, starve_scan, (u64)ZERNEL_STARVE_SCAN_US * 1000);
 	if (!ret)
-		ret = bpf_timer_set_callback(&st->timer, starve_scan);
-	if (!ret)
-		ret = bpf_timer_start(&st->timer, (u64)ZERNEL_STARVE_SCAN_US * 1000, 0);
+		ret = start_timer(1, bw_timer, ZERNEL_BW_TICK_NS);
 	if (ret) {
-		scx_bpf_error("starting the starvation timer: %d", ret);
+		scx_bpf_error("starting the timers: %d", ret);
 		return ret;
 	}
 	return 0;
@@ -1082,20 +1683,27 @@ void BPF_STRUCT_OPS(zernel_dump_task, struct scx_dump_ctx *dctx, struct task_str
 
 	if (!tctx)
 		return;
-	scx_bpf_dump("zernel: vtime=%llu (now %llu) queued_at=%llu runtime=%llu wakeups=%llu tenant=%u",
+	scx_bpf_dump("zernel: vtime=%llu (now %llu) queued_at=%llu runtime=%llu wakeups=%llu node=%llx",
 		     tctx->pub.vtime, vtime_now, tctx->pub.queued_at, tctx->pub.runtime_ns,
-		     tctx->pub.wakeups, tctx->pub.contrib_tenant);
+		     tctx->pub.wakeups, tctx->cnode);
 }
 
 SCX_OPS_DEFINE(zernel_ops,
 	       .select_cpu		= (void *)zernel_select_cpu,
 	       .enqueue			= (void *)zernel_enqueue,
 	       .dispatch		= (void *)zernel_dispatch,
+	       .tick			= (void *)zernel_tick,
 	       .running			= (void *)zernel_running,
 	       .stopping		= (void *)zernel_stopping,
 	       .enable			= (void *)zernel_enable,
 	       .disable			= (void *)zernel_disable,
 	       .init_task		= (void *)zernel_init_task,
+	       .cgroup_init		= (void *)zernel_cgroup_init,
+	       .cgroup_exit		= (void *)zernel_cgroup_exit,
+	       .cgroup_move		= (void *)zernel_cgroup_move,
+	       .cgroup_set_weight	= (void *)zernel_cgroup_set_weight,
+	       .cgroup_set_bandwidth	= (void *)zernel_cgroup_set_bandwidth,
+	       .cpu_release		= (void *)zernel_cpu_release,
 	       .dump_task		= (void *)zernel_dump_task,
 	       .init			= (void *)zernel_init,
 	       .exit			= (void *)zernel_exit,

@@ -36,7 +36,8 @@ std::unique_ptr<Backend> userspace_or_observe() {
 
 }  // namespace
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view kind) {
+Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
+                                              const BackendSettings& settings) {
   if (kind == "observe") return observe();
   if (kind == "userspace") return userspace_backend();
   if (kind == "sched_ext" || kind == "auto") {
@@ -46,7 +47,10 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view kind) {
       spdlog::info("backend auto: this kernel has no sched_ext; using the userspace backend");
       return userspace_or_observe();
     }
-    auto scx = scx::ScxBackend::create();
+    scx::Options scx_opts;
+    scx_opts.max_tasks = settings.max_tasks;
+    scx_opts.allow_unenforced_cpu_max = settings.allow_unenforced_cpu_max;
+    auto scx = scx::ScxBackend::create(scx_opts);
     if (scx) return std::unique_ptr<Backend>(std::move(scx.value()));
     if (kind == "sched_ext") return scx.error();
     spdlog::warn("backend auto: {}; using the userspace backend", scx.error().message());

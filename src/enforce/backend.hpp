@@ -76,6 +76,13 @@ namespace zernel::enforce {
 inline constexpr const char* kUserspaceJournalEnv = "ZERNEL_USERSPACE_JOURNAL";
 inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view kind);
+// What make_backend passes on from the configuration.
+struct BackendSettings {
+  std::uint32_t max_tasks = 0;            // [general] max_tracked_tasks (sched_ext map size)
+  bool allow_unenforced_cpu_max = false;  // [sched_ext]
+};
+
+Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
+                                              const BackendSettings& settings = {});
 
 }  // namespace zernel::enforce

@@ -14,11 +14,16 @@
 #   latency   wakeup latency of a periodic task among batch hogs: p99 and median with preempt +
 #             latency target at most a quarter of those without (see check_latency)
 #   churn     thousands of short-lived processes and threads, no ejection
+#   sharing   a real node's sharing: a thread that ran alone keeps running when hogs arrive;
+#             cpu.max caps a cgroup; sibling cgroups share by cpu.weight; a tenant is one level
+#             of the cgroup tree (vs untenanted cgroups, splits with more threads than CPUs,
+#             its class); a task preempted by a SCHED_FIFO task moves to another CPU
 #   bench     pipe ping-pong and messaging under EEVDF, zernel, scx_simple (if present) and an
 #             older zernel driver ($SCX_BENCH_BASE, if set), in rounds of rotating order
 # Results are "@@ " lines on stdout; the exit status is the number of failed checks, or 77 when
 # none failed but one could not measure (the latency check on a host too noisy).
-# Env: SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
+# Env: SCX_DRIVER (zernel-scx-driver), SCX_SHARE_SECS (10), SCX_ALONE_SECS (15),
+# SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
 # SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
 # SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
 SX=/sys/kernel/sched_ext
@@ -45,7 +50,7 @@ ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 sched_field() { awk -v f="$2" '$1 == f { print $3 }' "/proc/$1/sched"; }
 # start_driver ARGS...: runs $DRIVER (zernel-scx-driver) in the background ($drv), output in /tmp/drv.*,
 # and waits for the scheduler to be enabled.
-DRIVER=zernel-scx-driver
+DRIVER=${SCX_DRIVER:-zernel-scx-driver}
 start_driver() {
   $DRIVER --stats "$@" > /tmp/drv.out 2> /tmp/drv.err &
   drv=$!
@@ -406,10 +411,159 @@ check_bench() {
   done
 }
 
+# ratio NAME WANT100 TOL SECS PIDS_A -- PIDS_B: CPU ticks of group A vs B over SECS; passes when
+# A/B is within TOL % of WANT100 / 100. Sets $da and $db.
+ratio() {
+  name=$1 want=$2 tol=$3 secs=$4
+  shift 4
+  ga='' gb='' side=a
+  for p in "$@"; do
+    if [ "$p" = -- ]; then side=b; continue; fi
+    if [ $side = a ]; then ga="$ga $p"; else gb="$gb $p"; fi
+  done
+  sum() { s=0; for p in "$@"; do s=$((s + $(ticks "$p"))); done; echo $s; }
+  a0=$(sum $ga); b0=$(sum $gb)
+  sleep "$secs"
+  a1=$(sum $ga); b1=$(sum $gb)
+  da=$((a1 - a0)); db=$((b1 - b0))
+  got=$((100 * da / (db > 0 ? db : 1)))
+  lo=$((want * (100 - tol) / 100)); hi=$((want * (100 + tol) / 100))
+  msg="$name: A ${da} ticks, B ${db} ticks in ${secs}s, ratio $((got / 100)).$(printf %02d $((got % 100)))"
+  msg="$msg (want $((want / 100)).$(printf %02d $((want % 100))) +-$tol%)"
+  if [ "$got" -ge "$lo" ] && [ "$got" -le "$hi" ]; then ok "$msg"; else bad "$msg"; fi
+}
+CG=/sys/fs/cgroup
+# cg NAME WEIGHT [CPU_MAX]: a cgroup of the cpu controller under the root.
+cg() {
+  mkdir -p "$CG/$1"
+  echo "$2" > "$CG/$1/cpu.weight"
+  echo "${3:-max 100000}" > "$CG/$1/cpu.max"
+}
+# hogs N CGROUP: starts N hogs (spin $hog_secs) in CGROUP; their pids in $pids.
+hogs() {
+  pids=''
+  i=0
+  while [ $i -lt "$1" ]; do
+    sh -c "echo \$\$ > $CG/$2/cgroup.procs && exec zernel-scx-probe spin $hog_secs" &
+    pids="$pids $!"
+    i=$((i + 1))
+  done
+}
+stop_all() {
+  stop_driver
+  [ "$drv_exit" = UNREG ] || bad "$1: driver exit $drv_exit rc $drv_rc $(tail -n 3 /tmp/drv.err)"
+  kill $all 2> /dev/null; wait $all 2> /dev/null
+  for c in $CG/z*; do [ -d "$c" ] && rmdir "$c"; done
+  all=''
+}
+# tenant_decisions SLOT:WEIGHT PIDS...: --decision arguments making PIDS one tenant.
+tenant_decisions() {
+  t=$1; shift
+  for p in "$@"; do printf ' --decision %s:tenant=%s' "$p" "$t"; done
+}
+
+# Sharing as a real node has it (issue 10): late arrivals, cgroup weights and cpu.max, tenants
+# as one level of the cgroup tree, thread counts above the CPU count, a higher sched class.
+# Everything on the 2 vCPUs unless said; hogs run in cgroups, as systemd or kubelet place them.
+check_sharing() {
+  secs=${SCX_SHARE_SECS:-10}
+  hog_secs=$((secs * 3 + 30))
+  all=''
+
+  # 1. A thread that ran alone (5 ms on, 5 ms off) for a while, then 4 hogs arrive.
+  start_driver || return
+  zernel-scx-probe duty 5 5 $((secs * 4)) & duty=$!
+  sleep "${SCX_ALONE_SECS:-15}"
+  cg z_hogs 100
+  hogs 4 z_hogs
+  all="$duty $pids"
+  t0=$(ticks $duty); sleep 2; t1=$(ticks $duty); sleep 8; t2=$(ticks $duty)
+  msg="late arrival: the duty thread ran $((t1 - t0)) ticks in the 2 s after 4 hogs came,"
+  msg="$msg $((t2 - t1)) in the 8 s after"
+  # Its fair share is 2/5 of 2 CPUs, more than the 50 % of one it asks for: at least a quarter.
+  if [ $((t1 - t0)) -ge 25 ] && [ $((t2 - t1)) -ge 100 ]; then ok "$msg"; else bad "$msg"; fi
+  stop_all late
+
+  # 2. cpu.max 20000/100000: a hog limited to 20 % of one CPU, beside an unlimited one.
+  start_driver || return
+  cg z_lim 100 "20000 100000"; hogs 1 z_lim; lim=$pids
+  cg z_free 100; hogs 1 z_free; free=$pids
+  all="$lim $free"
+  sleep 1
+  t0=$(ticks $lim); sleep "$secs"; t1=$(ticks $lim)
+  pct=$(((t1 - t0) * 100 / (secs * 100)))
+  msg="cpu.max 20000 100000: the limited hog ran $((t1 - t0)) ticks in ${secs}s = ${pct}% of a CPU"
+  if [ "$pct" -ge 17 ] && [ "$pct" -le 23 ]; then ok "$msg (want 20 +-3)"; else bad "$msg (want 20 +-3)"; fi
+  stop_all cpu.max
+  r "cpu.max: $(json_num throttled) enqueues parked, $(json_num throttle_cut) slices cut"
+
+  # 3. Sibling cgroups with cpu.weight 300 and 100, 3 hogs each, on 2 CPUs: 3:1.
+  start_driver || return
+  cg z_w300 300; hogs 3 z_w300; a=$pids
+  cg z_w100 100; hogs 3 z_w100; b=$pids
+  all="$a $b"
+  sleep 1
+  ratio "cgroups cpu.weight 300:100, 3 hogs each, 2 CPUs" 300 5 "$secs" $a -- $b
+  stop_all cgroups
+
+  # 4. A 1-GPU training tenant (cpu.weight 305) with 4 hogs beside 4 untenanted hogs in a
+  # cgroup of cpu.weight 100: the tenant gets 305:100, it does not shrink.
+  cg z_job 100; hogs 4 z_job; t=$pids
+  cg z_other 100; hogs 4 z_other; u=$pids
+  all="$t $u"
+  # shellcheck disable=SC2046
+  start_driver $(tenant_decisions 0:305 $t) || { kill $all; return; }
+  sleep 1
+  ratio "tenant (305) with 4 hogs vs untenanted cgroup (100) with 4, 2 CPUs" 305 5 "$secs" $t -- $u
+  stop_all tenant-vs-untenanted
+
+  # 5. Tenants of 6 and 2 GPUs (458:153 with the training factor) with 2 and 4 hogs: 3:1.
+  cg z_t6 100; hogs 2 z_t6; a=$pids
+  cg z_t2 100; hogs 4 z_t2; b=$pids
+  all="$a $b"
+  # shellcheck disable=SC2046
+  start_driver $(tenant_decisions 0:458 $a) $(tenant_decisions 1:153 $b) || { kill $all; return; }
+  sleep 1
+  ratio "tenants 6:2 GPUs with 2 and 4 hogs, 2 CPUs" 300 5 "$secs" $a -- $b
+  stop_all tenants-2-4
+  # ... and with 1 and 6 hogs: the 1-hog tenant can use one CPU at most, the other gets the
+  # other CPU: 1:1.
+  cg z_t6 100; hogs 1 z_t6; a=$pids
+  cg z_t2 100; hogs 6 z_t2; b=$pids
+  all="$a $b"
+  # shellcheck disable=SC2046
+  start_driver $(tenant_decisions 0:458 $a) $(tenant_decisions 1:153 $b) || { kill $all; return; }
+  sleep 1
+  ratio "tenants 6:2 GPUs with 1 and 6 hogs, 2 CPUs (one CPU caps the first)" 100 5 "$secs" $a -- $b
+  stop_all tenants-1-6
+
+  # 6. The class: equal GPUs, training (305) vs background (33), 2 hogs each: 9.24:1.
+  cg z_tr 100; hogs 2 z_tr; a=$pids
+  cg z_bg 100; hogs 2 z_bg; b=$pids
+  all="$a $b"
+  # shellcheck disable=SC2046
+  start_driver $(tenant_decisions 0:305 $a) $(tenant_decisions 1:33 $b) || { kill $all; return; }
+  sleep 1
+  ratio "class: training vs background tenant, 2 hogs each, 2 CPUs" 924 8 "$secs" $a -- $b
+  stop_all class
+
+  # 7. A real-time task (SCHED_FIFO, 100 ms on, 100 ms off) on CPU 1 beside two hogs: a hog
+  # preempted there goes to the other CPU instead of waiting on CPU 1's queue, so both get the
+  # same share.
+  start_driver || return
+  cg z_rt 100; hogs 2 z_rt; a=${pids% *}; b=${pids##* }
+  taskset -c 1 zernel-scx-probe duty 100 100 $((secs + 5)) fifo & rt=$!
+  all="$pids $rt"
+  sleep 1
+  ratio "two hogs beside a SCHED_FIFO task on CPU 1" 100 10 "$secs" $a -- $b
+  stop_all rt
+  r "rt: $(json_num reenq) tasks put back from a CPU the SCHED_FIFO task took"
+}
+
 r "kernel $(uname -r), sched_ext state $(state)"
 for check in "$@"; do
   case $check in
-    attach|eject_fail|kill9|weights|latency|churn|bench) "check_$check" ;;
+    attach|eject_fail|kill9|weights|latency|churn|bench|sharing) "check_$check" ;;
     *) bad "unknown check $check" ;;
   esac
 done

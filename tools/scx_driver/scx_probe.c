@@ -8,6 +8,9 @@
  *                                "wakelat n=.. p50_us=.. p90_us=.. p99_us=.. max_us=.. mean_us=..".
  *                                -w: first wait for SIGUSR1 (so a test can give the process a
  *                                decision before it starts measuring)
+ *   duty RUN_MS SLEEP_MS SECONDS [fifo]
+ *                                for SECONDS, burn RUN_MS then sleep SLEEP_MS, again and again
+ *                                (fifo: as a SCHED_FIFO task of priority 10, a higher class)
  *   churn SECONDS [PROCS] [THREADS]
  *                                for SECONDS, keep PROCS short-lived child processes in flight,
  *                                each starting THREADS short-lived threads that do a little work;
@@ -16,6 +19,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +54,31 @@ static int cmd_spin(double seconds)
 
 	while (now_ns() < end)
 		burn(100000);
+	return 0;
+}
+
+static int cmd_duty(long run_ms, long sleep_ms, double seconds, int fifo)
+{
+	uint64_t end = now_ns() + (uint64_t)(seconds * 1e9);
+
+	if (run_ms < 0 || sleep_ms < 0)
+		return 2;
+	if (fifo) {
+		struct sched_param sp = { .sched_priority = 10 };
+
+		if (sched_setscheduler(0, SCHED_FIFO, &sp)) {
+			perror("sched_setscheduler(SCHED_FIFO)");
+			return 1;
+		}
+	}
+	while (now_ns() < end) {
+		uint64_t stop = now_ns() + (uint64_t)run_ms * 1000000ull;
+
+		while (now_ns() < stop)
+			burn(10000);
+		if (sleep_ms)
+			usleep((useconds_t)(sleep_ms * 1000));
+	}
 	return 0;
 }
 
@@ -179,7 +208,7 @@ static int cmd_churn(double seconds, int procs, int threads)
 static int usage(void)
 {
 	fprintf(stderr, "usage: zernel-scx-probe spin SECONDS | wakelat [-w] PERIOD_US COUNT | "
-			"churn SECONDS [PROCS] [THREADS]\n");
+			"duty RUN_MS SLEEP_MS SECONDS [fifo] | churn SECONDS [PROCS] [THREADS]\n");
 	return 2;
 }
 
@@ -194,6 +223,9 @@ int main(int argc, char **argv)
 			return usage();
 		return cmd_wakelat(w, atol(argv[2 + w]), atol(argv[3 + w]));
 	}
+	if (argc >= 5 && !strcmp(argv[1], "duty"))
+		return cmd_duty(atol(argv[2]), atol(argv[3]), atof(argv[4]),
+				argc > 5 && !strcmp(argv[5], "fifo"));
 	if (argc >= 3 && !strcmp(argv[1], "churn"))
 		return cmd_churn(atof(argv[2]), argc > 3 ? atoi(argv[3]) : 8,
 				 argc > 4 ? atoi(argv[4]) : 4);

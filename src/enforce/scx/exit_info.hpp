@@ -94,6 +94,11 @@ inline constexpr std::array<std::string_view, ZERNEL_STAT_NR> kStatNames = {
     "decided",
     "undecided",
     "tenant",
+    "lag_clamp",
+    "reenq",
+    "throttled",
+    "throttle_cut",
+    "unthrottled",
     "run_ns_data_loading",
     "run_ns_gpu_compute",
     "run_ns_nccl_collective",
@@ -101,7 +106,7 @@ inline constexpr std::array<std::string_view, ZERNEL_STAT_NR> kStatNames = {
     "run_ns_unknown",
     "run_ns_undecided",
 };
-static_assert(ZERNEL_STAT_RUN_NS_PHASE == 13 && ZERNEL_PHASE_NR == 5);
-static_assert(ZERNEL_STAT_RUN_NS_UNDECIDED == 18);
+static_assert(ZERNEL_STAT_RUN_NS_PHASE == 18 && ZERNEL_PHASE_NR == 5);
+static_assert(ZERNEL_STAT_RUN_NS_UNDECIDED == 23);
 
 }  // namespace zernel::enforce::scx

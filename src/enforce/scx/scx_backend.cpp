@@ -99,6 +99,43 @@ std::vector<std::uint32_t> threads_of(const fs::path& proc_root, std::uint32_t p
   return tids;
 }
 
+// Says at start what of the cgroup tree the scheduler honours on this kernel, and refuses a full
+// switch that would silently drop cpu.max limits (unless the operator opted in).
+Result<void> check_cgroup_support(const Options& options, unsigned caps) {
+  const fs::path config = options.boot_root / ("config-" + kernel_release());
+  const auto group_sched = read_config_bool(config, "EXT_GROUP_SCHED");
+  // An unreadable config: trust the ops (the kernel calls them only with the option).
+  const bool groups = group_sched.value_or(true);
+  const bool weight = groups && (caps & ZERNEL_SCX_CAP_CGROUP) != 0;
+  const bool bandwidth = groups && (caps & ZERNEL_SCX_CAP_BANDWIDTH) != 0;
+  if (weight && bandwidth) {
+    spdlog::info("sched_ext: cgroup cpu.weight honoured hierarchically, cpu.max enforced");
+    return {};
+  }
+  if (!weight) {
+    spdlog::warn("sched_ext: this kernel does not pass cgroups to sched_ext schedulers ({}): "
+                 "cpu.weight and cpu.max do not apply to the tasks it schedules",
+                 group_sched && !*group_sched ? "no CONFIG_EXT_GROUP_SCHED" : "no cgroup ops");
+  } else {
+    spdlog::warn("sched_ext: this kernel does not pass cpu.max to sched_ext schedulers "
+                 "(ops.cgroup_set_bandwidth came in Linux 6.17): cpu.weight is honoured, "
+                 "cpu.max is not");
+  }
+  if (options.partial) return {};
+  auto limited = find_cpu_max_quota(options.sys_root / "fs/cgroup");
+  if (!limited) return {};
+  if (options.allow_unenforced_cpu_max) {
+    spdlog::warn("sched_ext: cgroup {} has a cpu.max quota that will not apply while this "
+                 "scheduler runs (allowed by [sched_ext] allow_unenforced_cpu_max)",
+                 *limited);
+    return {};
+  }
+  return Error(ENOTSUP, "cgroup " + *limited +
+                            " has a cpu.max quota, and this kernel cannot enforce cpu.max under "
+                            "a sched_ext scheduler; refusing a full switch (use the userspace "
+                            "backend, or set [sched_ext] allow_unenforced_cpu_max = true)");
+}
+
 }  // namespace
 
 std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
@@ -113,6 +150,35 @@ std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
     auto [end, ec] = std::from_chars(first, last, hz);
     if (ec != std::errc() || end != last || hz == 0 || hz > 10000) return std::nullopt;
     return hz;
+  }
+  return std::nullopt;
+}
+
+std::optional<bool> read_config_bool(const fs::path& config, std::string_view name) {
+  std::ifstream in(config);
+  if (!in) return std::nullopt;
+  const std::string set = "CONFIG_" + std::string(name) + "=y";
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line == set) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> find_cpu_max_quota(const fs::path& cgroup_root, std::size_t max_dirs) {
+  std::error_code ec;
+  if (!fs::exists(cgroup_root / "cgroup.controllers", ec)) return std::nullopt;
+  fs::recursive_directory_iterator it(cgroup_root, fs::directory_options::skip_permission_denied,
+                                      ec);
+  std::size_t seen = 0;
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
+    if (++seen > max_dirs) break;
+    std::ifstream in(it->path() / "cpu.max");
+    std::string quota;
+    if (in >> quota && quota != "max") {
+      return fs::relative(it->path(), cgroup_root, ec).string();
+    }
   }
   return std::nullopt;
 }
@@ -141,11 +207,18 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   }
   opts.inject_error_after_ns = options.inject_error_after_ns;
   opts.switch_partial = options.partial ? 1U : 0U;
+  opts.max_tasks = options.max_tasks;
   opts.log = shim_log;
 
   char err[512] = "";
   ::zernel_scx* handle = nullptr;
   int ret = zernel_scx_open(&opts, &handle, err, sizeof err);
+  if (ret == 0) {
+    if (auto r = check_cgroup_support(options, zernel_scx_caps(handle)); !r) {
+      zernel_scx_destroy(handle);
+      return r.error().context("loading the sched_ext scheduler");
+    }
+  }
   if (ret == 0) {
     ret = zernel_scx_load(handle, err, sizeof err);
   }

@@ -46,6 +46,12 @@ struct Options {
   bool partial = false;
   // Starvation bound in ns; 0 = the default of intf.h (1 s).
   std::uint64_t starve_ns = 0;
+  // Entries of the decision map ([general] max_tracked_tasks); 0 = ZERNEL_MAX_TASKS.
+  std::uint32_t max_tasks = 0;
+  // A full switch on a kernel that cannot hand cpu.max limits to a sched_ext scheduler (before
+  // 6.17, or without CONFIG_EXT_GROUP_SCHED) is refused while some cgroup has a cpu.max quota,
+  // since the quota would stop applying; true starts anyway, with a warning.
+  bool allow_unenforced_cpu_max = false;
   // Tests only: the BPF side calls scx_bpf_error() this long after loading (0 = never), so that
   // the ejection path can be tested.
   std::uint64_t inject_error_after_ns = 0;
@@ -57,6 +63,14 @@ struct Options {
 
 // CONFIG_HZ from a kernel config file; nullopt when the file is missing or has no valid line.
 std::optional<std::uint32_t> read_config_hz(const std::filesystem::path& config);
+// CONFIG_<name>=y in a kernel config file: true, false ("is not set" or absent), nullopt when
+// the file cannot be read.
+std::optional<bool> read_config_bool(const std::filesystem::path& config, std::string_view name);
+// The first cgroup (path relative to cgroup_root) whose cpu.max has a quota, under a cgroup v2
+// mount; nullopt when none has (or there is no cgroup v2 tree there). Looks at most max_dirs
+// cgroups.
+std::optional<std::string> find_cpu_max_quota(const std::filesystem::path& cgroup_root,
+                                              std::size_t max_dirs = 100000);
 
 // Per-CPU counters summed over CPUs, indexed by enum zernel_stat (names in kStatNames).
 using Stats = std::array<std::uint64_t, ZERNEL_STAT_NR>;

@@ -24,6 +24,7 @@
 
 struct zernel_scx {
 	struct zernel_bpf *skel;
+	unsigned caps;
 	struct bpf_link *link;
 	void (*log)(int level, const char *msg);
 };
@@ -58,6 +59,11 @@ static void note(const struct zernel_scx *s, int level, const char *fmt, ...)
 		s->log(level, buf);
 	else
 		fprintf(stderr, "%s\n", buf);
+}
+
+unsigned zernel_scx_caps(const struct zernel_scx *s)
+{
+	return s ? s->caps : 0;
 }
 
 /* /sys/kernel/sched_ext/hotplug_seq, or -1 (compat.h's scx_hotplug_seq() exits on errors). */
@@ -136,6 +142,7 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 	ZERNEL_DROP_MISSING_OP(s, ops, select_cpu);
 	ZERNEL_DROP_MISSING_OP(s, ops, enqueue);
 	ZERNEL_DROP_MISSING_OP(s, ops, dispatch);
+	ZERNEL_DROP_MISSING_OP(s, ops, tick);
 	ZERNEL_DROP_MISSING_OP(s, ops, runnable);
 	ZERNEL_DROP_MISSING_OP(s, ops, running);
 	ZERNEL_DROP_MISSING_OP(s, ops, stopping);
@@ -146,6 +153,19 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 	ZERNEL_DROP_MISSING_OP(s, ops, dump_task);
 	ZERNEL_DROP_MISSING_OP(s, ops, init);
 	ZERNEL_DROP_MISSING_OP(s, ops, exit);
+	/* 6.12 has the cgroup ops and cpu_release; cgroup_set_bandwidth came in 6.17. */
+	ZERNEL_DROP_MISSING_OP(s, ops, cgroup_init);
+	ZERNEL_DROP_MISSING_OP(s, ops, cgroup_exit);
+	ZERNEL_DROP_MISSING_OP(s, ops, cgroup_move);
+	ZERNEL_DROP_MISSING_OP(s, ops, cgroup_set_weight);
+	ZERNEL_DROP_MISSING_OP(s, ops, cgroup_set_bandwidth);
+	ZERNEL_DROP_MISSING_OP(s, ops, cpu_release);
+	if (ops->cgroup_init && ops->cgroup_move && ops->cgroup_set_weight)
+		s->caps |= ZERNEL_SCX_CAP_CGROUP;
+	if (ops->cgroup_set_bandwidth)
+		s->caps |= ZERNEL_SCX_CAP_BANDWIDTH;
+	if (ops->cpu_release)
+		s->caps |= ZERNEL_SCX_CAP_CPU_RELEASE;
 
 	if (opts->switch_partial) {
 		__u64 flag = SCX_OPS_SWITCH_PARTIAL;
@@ -176,6 +196,16 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 	}
 	if (opts->starve_ns)
 		s->skel->rodata->starve_ns = opts->starve_ns;
+	/* Sized from max_tracked_tasks; entries are allocated as they are written (no prealloc). */
+	if (opts->max_tasks) {
+		int ret = bpf_map__set_max_entries(s->skel->maps.zernel_decisions, opts->max_tasks);
+
+		if (ret) {
+			zernel_scx_destroy(s);
+			return fail(err, errlen, ret, "sizing the decision map to %u entries: %s",
+				    opts->max_tasks, strerror(-ret));
+		}
+	}
 	if (opts->tick_ns)
 		s->skel->rodata->tick_ns = opts->tick_ns;
 	s->skel->rodata->inject_error_after_ns = opts->inject_error_after_ns;

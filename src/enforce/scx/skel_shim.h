@@ -27,7 +27,7 @@ struct zernel_scx_open_opts {
 	const __u8 *cpu_node;	/* nr_cpus entries: the node of each CPU (NULL: all node 0) */
 	__u64 starve_ns;	/* starvation bound, ns; 0 = ZERNEL_STARVE_DFL_US */
 	__u32 switch_partial;	/* 1: SCX_OPS_SWITCH_PARTIAL (only SCHED_EXT tasks move) */
-	__u32 __pad;
+	__u32 max_tasks;	/* entries of zernel_decisions (max_tracked_tasks); 0 = ZERNEL_MAX_TASKS */
 	__u64 tick_ns;		/* ns between scheduler ticks (1 s / CONFIG_HZ); 0 = assume HZ=100 */
 	__u64 inject_error_after_ns; /* tests only: scx_bpf_error() this long after init; 0 = never */
 	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
@@ -51,6 +51,13 @@ struct zernel_scx_exit {
 	char msg[1024];
 };
 
+/* What the running kernel lets the scheduler see (zernel_scx_caps, after open). */
+enum zernel_scx_cap {
+	ZERNEL_SCX_CAP_CGROUP = 1u << 0,	/* ops.cgroup_init/move/set_weight: cpu.weight */
+	ZERNEL_SCX_CAP_BANDWIDTH = 1u << 1,	/* ops.cgroup_set_bandwidth: cpu.max */
+	ZERNEL_SCX_CAP_CPU_RELEASE = 1u << 2,	/* ops.cpu_release: CPUs taken by higher classes */
+};
+
 /* Opens the skeleton and prepares it for this kernel (nothing is loaded yet). */
 int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx **out, char *err,
 		    size_t errlen);
@@ -71,6 +78,9 @@ void zernel_scx_decisions_changed(struct zernel_scx *s);
 int zernel_scx_exited(const struct zernel_scx *s, struct zernel_scx_exit *out);
 /* The debug dump the kernel wrote at an error exit ("" if none). */
 const char *zernel_scx_exit_dump(const struct zernel_scx *s);
+/* enum zernel_scx_cap bits: the ops this kernel's sched_ext_ops has (kept after open). Whether
+ * the kernel calls the cgroup ops also depends on CONFIG_EXT_GROUP_SCHED. */
+unsigned zernel_scx_caps(const struct zernel_scx *s);
 /* The name in sched_ext_ops.name, as /sys/kernel/sched_ext/root/ops shows it. */
 const char *zernel_scx_ops_name(void);
 

@@ -341,7 +341,7 @@ TEST(Config, unknown_section_is_an_error_listing_the_valid_sections) {
   EXPECT_TRUE(contains(msg, "config.toml: unknown section [genral] (line 1)"));
   EXPECT_TRUE(contains(msg,
                        "valid sections: [general], [phase_detection], [numa], "
-                       "[multi_tenant], [telemetry], [power], [[tenants]]"));
+                       "[multi_tenant], [telemetry], [power], [sched_ext], [[tenants]]"));
   EXPECT_TRUE(contains(msg, "did you mean \"general\"?"));
 }
 
