@@ -550,6 +550,7 @@ void Daemon::publish(std::uint64_t now_ns) {
   s.backend = std::string(backend_->name());
   for (telemetry::TaskView& v : s.tasks) {
     if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
+    v.tenant_share = backend_->tenant_share_note(v.pid);
   }
   s.last_decision_latency_ns = last_decision_ns_;
   s.decision_latency = decision_latency_;
@@ -763,6 +764,7 @@ nlohmann::json Daemon::handle_control(const ControlRequest& req) {
       s.backend = std::string(backend_->name());
       for (telemetry::TaskView& v : s.tasks) {
         if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
+        v.tenant_share = backend_->tenant_share_note(v.pid);
       }
       json out = ok_reply();
       out["status"] = telemetry::status_json(s);

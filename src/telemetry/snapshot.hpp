@@ -22,6 +22,10 @@ struct TaskView {
   std::int32_t gpu_id = policy::kNoGpu;
   std::int32_t preferred_cpu = policy::kNoCpu;
   std::array<std::uint64_t, policy::kPhaseCount> phase_time_ns{};
+  // How the backend carries the tenant's weight for this process, filled by the daemon (userspace:
+  // "cpu.weight 458 on its cgroup /job1" or "nice shift -2 on its threads: <why>"); empty: nothing
+  // to say (no tenant, or a backend without the notion).
+  std::string tenant_share;
 };
 
 struct TenantView {

@@ -29,6 +29,8 @@ nlohmann::json status_json(const Snapshot& s) {
                      {"priority", t.priority},
                      {"weight", t.weight},
                      {"tenant", t.tenant.empty() ? json(nullptr) : json(t.tenant)},
+                     {"tenant_share",
+                      t.tenant_share.empty() ? json(nullptr) : json(valid_utf8(t.tenant_share))},
                      {"gpu_id", t.gpu_id < 0 ? json(nullptr) : json(t.gpu_id)},
                      {"preferred_cpu", t.preferred_cpu < 0 ? json(nullptr) : json(t.preferred_cpu)},
                      {"phase_time_ms", times}});

@@ -162,6 +162,10 @@ crash_round() {  # name
     "grep -q 'pid $q (tenant weight [0-9]*): nice shift' $tmp/$1.log"
   check "$1: the daemon says the other carries its weight in its cgroup" \
     "grep -q 'pid $p (tenant weight [0-9]*): $weight_file [0-9]* on its cgroup' $tmp/$1.log"
+  "$BIN/zernel-scheduler" status --json --socket "$tmp/ctl.sock" > "$tmp/$1.status.json"
+  check "$1: /status says how each carries its tenant's weight" \
+    "grep -q '\"tenant_share\": \"nice shift .*root cgroup' $tmp/$1.status.json &&
+     grep -q '\"tenant_share\": \"$weight_file [0-9]* on its cgroup /zernel-restore-test-$$/job' $tmp/$1.status.json"
   # Right after a tick: two threads the daemon will never see (it ticks every 2 s).
   local n0
   n0=$(nthreads "$q")
