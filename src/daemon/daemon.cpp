@@ -46,6 +46,9 @@ void replay_userspace_journal(const std::string& proc_root) {
   if (!rep) {
     if (rep.error().code() == EBUSY) {
       spdlog::info("userspace journal: {}", rep.error().message());
+    } else if (rep.error().code() == EACCES) {
+      // Not root: nothing it could restore anyway; root's next start (or `restore`) does it.
+      spdlog::info("userspace journal: {}: left for root", rep.error().message());
     } else {
       spdlog::warn("userspace journal: {}: not restored", rep.error().message());
     }
