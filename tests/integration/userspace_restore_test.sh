@@ -24,7 +24,12 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
   if [[ -n $grp && -d $grp ]]; then
-    [[ -d $grp/job ]] && rmdir "$grp/job" 2>/dev/null
+    if [[ -d $grp/job ]]; then
+      # Whatever a failed run left in the group.
+      while read -r x; do kill -KILL "$x" 2>/dev/null; done < "$grp/job/cgroup.procs"
+      sleep 0.2
+      rmdir "$grp/job" 2>/dev/null
+    fi
     rmdir "$grp" 2>/dev/null
   fi
   rm -rf "$tmp"

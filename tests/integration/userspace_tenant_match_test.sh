@@ -24,7 +24,11 @@ cleanup() {
   [[ -n $daemon_pid ]] && kill -KILL "$daemon_pid" 2>/dev/null
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
-  [[ -n $grp && -d $grp/flap ]] && rmdir "$grp/flap" 2>/dev/null
+  if [[ -n $grp && -d $grp/flap ]]; then
+    while read -r x; do kill -KILL "$x" 2>/dev/null; done < "$grp/flap/cgroup.procs"
+    sleep 0.2
+    rmdir "$grp/flap" 2>/dev/null
+  fi
   [[ -n $grp && -d $grp ]] && rmdir "$grp" 2>/dev/null
   if [[ -n ${v2mnt:-} && -d $v2mnt/${name:-none} ]]; then
     rmdir "$v2mnt/$name/flap" "$v2mnt/$name" 2>/dev/null
