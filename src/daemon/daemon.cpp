@@ -401,7 +401,8 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
     // A pid whose process is not the one registered (tracked_[pid].start; a discovered one, or
     // one named by `tenant assign`) belongs to a new process: the old one's tenant and state are
     // not its. Discovery registers it afresh if it qualifies.
-    if (s.gone) {
+    if (s.gone || s.restarted || (s.starttime != 0 && tracked_[s.pid].start != 0 &&
+                                  s.starttime != tracked_[s.pid].start)) {
       if (!s.gone) spdlog::debug("pid {} was reused by a new process: dropped", s.pid);
       drop(s.pid);
       continue;
