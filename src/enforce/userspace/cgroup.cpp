@@ -128,6 +128,13 @@ const char* cgroup_cpu_file(CgroupVersion version) {
 
 std::optional<std::string> cgroup_dir(const CpuCgroupLayout& layout, std::string_view path) {
   if (path.empty() || path.front() != '/') return std::nullopt;
+  // A process outside this cgroup namespace shows as "/../.."; such a path must not lead out of
+  // the mount (a daemon in a container with a private cgroup namespace sees host processes so).
+  for (std::size_t i = 0; i < path.size();) {
+    const std::size_t j = std::min(path.find('/', i + 1), path.size());
+    if (path.substr(i, j - i) == "/.." || path.substr(i, j - i) == "/.") return std::nullopt;
+    i = j;
+  }
   if (!collect::cgroup_path_has_prefix(path, layout.mount_root)) return std::nullopt;
   std::string_view rest = path;
   if (layout.mount_root != "/") rest.remove_prefix(layout.mount_root.size());

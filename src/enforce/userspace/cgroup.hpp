@@ -48,7 +48,8 @@ std::uint64_t cgroup_cpu_value(CgroupVersion version, std::uint32_t tenant_weigh
 const char* cgroup_cpu_file(CgroupVersion version);
 
 // The directory of hierarchy path `path` ("/user.slice/x", as /proc/PID/cgroup gives it) under
-// the layout's mount; nullopt when the mount does not show that path.
+// the layout's mount; nullopt when the mount does not show that path (also for a path with "." or
+// ".." components: a process outside the reader's cgroup namespace).
 std::optional<std::string> cgroup_dir(const CpuCgroupLayout& layout, std::string_view path);
 
 // The cpu hierarchy's path of a process from the text of /proc/PID/cgroup: the "0::" line on v2,

@@ -222,6 +222,17 @@ TEST_F(TenantShareTest, the_daemons_own_group_is_never_touched) {
   EXPECT_NE(w->find("zernel-scheduler itself"), std::string::npos) << *w;
 }
 
+TEST(UserspaceCgroup, a_path_outside_the_cgroup_namespace_has_no_directory) {
+  const CpuCgroupLayout l{CgroupVersion::v2, "/sys/fs/cgroup", "/"};
+  EXPECT_EQ(cgroup_dir(l, "/a/b"), "/sys/fs/cgroup/a/b");
+  EXPECT_EQ(cgroup_dir(l, "/"), "/sys/fs/cgroup");
+  EXPECT_EQ(cgroup_dir(l, "/../../kubepods/pod-a"), std::nullopt);
+  EXPECT_EQ(cgroup_dir(l, "/a/../b"), std::nullopt);
+  EXPECT_EQ(cgroup_dir(l, "/a/./b"), std::nullopt);
+  EXPECT_EQ(cgroup_dir(l, "/a/..b"), "/sys/fs/cgroup/a/..b");  // a name, not a parent
+  EXPECT_EQ(cgroup_dir(l, "a/b"), std::nullopt);
+}
+
 TEST_F(TenantShareTest, a_group_outside_the_mount_or_missing_goes_by_nice) {
   layout_.mount_root = "/kubepods";
   EXPECT_TRUE(why("/system.slice/x", 0));
