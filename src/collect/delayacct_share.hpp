@@ -3,10 +3,10 @@
 // private instance with its own journals) both want it on. Each used to restore "its" original
 // at exit, so the first to exit turned it off under the other (whose io wait went blind). The
 // switch is now reference-counted in one file per machine, whatever journals a daemon uses
-// (/run/zernel/delayacct.holders, or $ZERNEL_DELAYACCT_HOLDERS): the daemons holding it, and the value before the first of
-// them turned it on. The last holder to leave restores that value; a holder that died (kill -9)
-// is pruned by whoever touches the file next; while any holder lives, nobody turns it off, crash
-// recovery included. Changes are made under flock() of the directory.
+// (/run/zernel/delayacct.holders, or $ZERNEL_DELAYACCT_HOLDERS): the daemons holding it, and the
+// value before the first of them turned it on. The last holder to leave restores that value; a
+// holder that died (kill -9) is pruned by whoever touches the file next; while any holder lives,
+// nobody turns it off, crash recovery included. Changes are made under flock() of the directory.
 //
 // Format (common/journal_file.hpp's frame):
 //   zernel-delayacct-holders 1

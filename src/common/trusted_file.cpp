@@ -44,8 +44,9 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
     const int err = errno;
     if (err == ENOENT || err == ENOTDIR) return std::optional<TrustedText>{};
     if (err == ELOOP) {
-      return Error(ELOOP, path + ": is a symbolic link; refused (the daemon reads only regular "
-                                 "files, never through a link)");
+      return Error(ELOOP, path +
+                              ": is a symbolic link; refused (the daemon reads only regular "
+                              "files, never through a link)");
     }
     return errno_error("opening " + path, err);
   }
@@ -61,9 +62,9 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
     return std::optional<TrustedText>(TrustedText{});
   }
   if (!S_ISREG(before.st_mode)) {
-    const char* kind = S_ISFIFO(before.st_mode)  ? "a FIFO"
-                       : S_ISDIR(before.st_mode) ? "a directory"
-                       : S_ISSOCK(before.st_mode) ? "a socket"
+    const char* kind = S_ISFIFO(before.st_mode)                             ? "a FIFO"
+                       : S_ISDIR(before.st_mode)                            ? "a directory"
+                       : S_ISSOCK(before.st_mode)                           ? "a socket"
                        : S_ISCHR(before.st_mode) || S_ISBLK(before.st_mode) ? "a device"
                                                                             : "not a file";
     return Error(ENXIO, fmt::format("{}: {}, not a regular file; refused", path, kind));

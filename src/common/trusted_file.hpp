@@ -6,7 +6,8 @@
 //   - reading opens with O_NOFOLLOW | O_NONBLOCK (a symlink is refused; a FIFO cannot block the
 //     open) and checks with fstat, before reading a byte, that it is a regular file owned by root
 //     (or by the daemon's own uid, for an unprivileged daemon) that neither group nor others can
-//     write (/dev/null reads as an empty file); it reads at most max_bytes (a link to /dev/zero is refused, not read forever);
+//     write (/dev/null reads as an empty file); it reads at most max_bytes (a link to /dev/zero is
+//     refused, not read forever);
 //   - writing creates a new temporary file with O_EXCL (mkostemp: an unpredictable name, never
 //     following a link planted there) in a directory no other user can write, created 0700 when
 //     missing, fsyncs it and renames it over the target.
@@ -30,7 +31,8 @@ struct TrustedText {
 // nullopt when the file does not exist. Errors: ELOOP (a symbolic link), ENXIO (not a regular
 // file), EPERM (owner or mode), EFBIG (larger than max_bytes), EAGAIN (it changed while being
 // read), or the errno of open/read.
-Result<std::optional<TrustedText>> read_trusted_file(const std::string& path, std::size_t max_bytes);
+Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
+                                                     std::size_t max_bytes);
 
 // The directory exists (created mode 0700 when missing, parents included), is a directory,
 // belongs to root or this uid and is not writable by group or others.

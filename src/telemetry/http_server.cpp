@@ -2,9 +2,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -20,9 +23,6 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "telemetry/prometheus.hpp"
 #include "telemetry/status_json.hpp"
@@ -42,13 +42,20 @@ std::shared_ptr<const Snapshot> SnapshotStore::latest() const {
 
 std::string_view close_reason_label(HttpClose r) {
   switch (r) {
-    case HttpClose::deadline: return "deadline";
-    case HttpClose::idle: return "idle";
-    case HttpClose::evicted: return "evicted";
-    case HttpClose::refused: return "refused";
-    case HttpClose::malformed: return "malformed";
-    case HttpClose::write_timeout: return "write_timeout";
-    case HttpClose::nr: break;
+    case HttpClose::deadline:
+      return "deadline";
+    case HttpClose::idle:
+      return "idle";
+    case HttpClose::evicted:
+      return "evicted";
+    case HttpClose::refused:
+      return "refused";
+    case HttpClose::malformed:
+      return "malformed";
+    case HttpClose::write_timeout:
+      return "write_timeout";
+    case HttpClose::nr:
+      break;
   }
   return "unknown";
 }
@@ -58,7 +65,8 @@ namespace {
 std::uint64_t now_ms() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 + static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 +
+         static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
 }
 
 bool is_token_char(char c) {
@@ -98,7 +106,14 @@ struct Request {
   bool keep_alive = true;
 };
 
-enum class Parse : std::uint8_t { incomplete, complete, bad_request, bad_method, too_large, has_body };
+enum class Parse : std::uint8_t {
+  incomplete,
+  complete,
+  bad_request,
+  bad_method,
+  too_large,
+  has_body
+};
 
 // Parses the head at the start of `in`; on `complete`, `consumed` is its length. Lines end in
 // CRLF or LF; no obsolete line folding, no body.
@@ -194,14 +209,22 @@ Parse parse_head(std::string_view in, const HttpLimits& lim, Request& req, std::
 
 std::string status_line(int code) {
   switch (code) {
-    case 200: return "HTTP/1.1 200 OK\r\n";
-    case 400: return "HTTP/1.1 400 Bad Request\r\n";
-    case 404: return "HTTP/1.1 404 Not Found\r\n";
-    case 405: return "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n";
-    case 413: return "HTTP/1.1 413 Content Too Large\r\n";
-    case 431: return "HTTP/1.1 431 Request Header Fields Too Large\r\n";
-    case 503: return "HTTP/1.1 503 Service Unavailable\r\n";
-    default: return "HTTP/1.1 500 Internal Server Error\r\n";
+    case 200:
+      return "HTTP/1.1 200 OK\r\n";
+    case 400:
+      return "HTTP/1.1 400 Bad Request\r\n";
+    case 404:
+      return "HTTP/1.1 404 Not Found\r\n";
+    case 405:
+      return "HTTP/1.1 405 Method Not Allowed\r\nAllow: GET, HEAD\r\n";
+    case 413:
+      return "HTTP/1.1 413 Content Too Large\r\n";
+    case 431:
+      return "HTTP/1.1 431 Request Header Fields Too Large\r\n";
+    case 503:
+      return "HTTP/1.1 503 Service Unavailable\r\n";
+    default:
+      return "HTTP/1.1 500 Internal Server Error\r\n";
   }
 }
 
@@ -237,14 +260,14 @@ class HttpServer::Loop {
 
  private:
   struct Conn {
-    std::string peer;        // the address's bytes: the per-peer cap's key
-    std::string in;          // received, not yet parsed
-    std::string out_head;    // the response being written: head, then body
+    std::string peer;      // the address's bytes: the per-peer cap's key
+    std::string in;        // received, not yet parsed
+    std::string out_head;  // the response being written: head, then body
     std::shared_ptr<const std::string> body;
     std::size_t sent = 0;
     bool writing = false;
     bool close_after = false;
-    bool got_bytes = false;       // since waiting_since_ms
+    bool got_bytes = false;              // since waiting_since_ms
     std::uint64_t waiting_since_ms = 0;  // accept, or the end of the last response
     std::uint64_t request_since_ms = 0;  // the head's deadline counts from here
     std::uint64_t write_since_ms = 0;
@@ -252,7 +275,10 @@ class HttpServer::Loop {
   };
 
   void accept_ready(std::uint64_t now);
-  bool make_room(const std::string& peer);
+  bool make_room(const std::string& peer, int newcomer);
+  // Accepts per pass of the loop: well under a peer's share, so that a connection accepted in
+  // one pass has its request read in the next before a flood's accepts could evict it.
+  static constexpr int kAcceptBatch = 16;
   void on_event(int fd, std::uint32_t events, std::uint64_t now);
   void process(int fd, Conn& c, std::uint64_t now);
   void respond(int fd, Conn& c, const Request& req);
@@ -290,17 +316,20 @@ void HttpServer::Loop::run() {
   while (!stopping.load()) {
     const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 100);
     const std::uint64_t now = now_ms();
+    bool accept = false;
     for (int i = 0; i < n; ++i) {
       const int fd = evs[static_cast<std::size_t>(i)].data.fd;
       if (fd == wake_fd_) {
         std::uint64_t v = 0;
         (void)!::read(wake_fd_, &v, sizeof(v));
       } else if (fd == listen_fd_) {
-        accept_ready(now);
+        accept = true;
       } else {
         on_event(fd, evs[static_cast<std::size_t>(i)].events, now);
       }
     }
+    // New connections last: the requests of those accepted before are read first.
+    if (accept) accept_ready(now);
     if (accept_paused_ && now >= resume_accept_ms_) {
       epoll_event ev{};
       ev.events = EPOLLIN;
@@ -315,7 +344,7 @@ void HttpServer::Loop::run() {
 }
 
 void HttpServer::Loop::accept_ready(std::uint64_t now) {
-  for (int k = 0; k < 64; ++k) {
+  for (int k = 0; k < kAcceptBatch; ++k) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
@@ -339,11 +368,6 @@ void HttpServer::Loop::accept_ready(std::uint64_t now) {
       const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
       peer.assign(reinterpret_cast<const char*>(&a->sin6_addr), sizeof(a->sin6_addr));
     }
-    if (!make_room(peer)) {
-      count(HttpClose::refused);
-      ::close(fd);
-      continue;
-    }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -352,43 +376,55 @@ void HttpServer::Loop::accept_ready(std::uint64_t now) {
       continue;
     }
     Conn& c = conns_[fd];
-    c.peer = std::move(peer);
+    c.peer = peer;
     c.waiting_since_ms = now;
     c.request_since_ms = now;
     ++per_peer_[c.peer];
     open.store(conns_.size());
-    // A client's request usually arrives with its connection: serve it now, before the next
-    // accepts of a flood can make this the oldest connection and evict it.
+    // A scraper's request arrives with its connection: it is served now, before this connection
+    // needs a slot, so a table full of an attacker's connections never stands in its way (one
+    // descriptor over the cap, for the length of this call).
     on_event(fd, EPOLLIN, now);
+    if (conns_.contains(fd) && !make_room(peer, fd)) {
+      close_conn(fd, HttpClose::refused);
+    }
   }
 }
 
-// Room for one more connection from `peer`: evicts, when the table (or the peer's share) is
-// full, the connection waiting longest for a complete request. Connections with a response in
-// flight are not evicted: their write deadline bounds them.
-bool HttpServer::Loop::make_room(const std::string& peer) {
-  const auto peer_it = per_peer_.find(peer);
-  const bool peer_full = peer_it != per_peer_.end() && peer_it->second >= lim_.max_per_peer;
-  const bool table_full = conns_.size() >= lim_.max_connections;
-  if (!peer_full && !table_full) return true;
-  int victim = -1;
-  std::uint64_t oldest = UINT64_MAX;
-  for (const auto& [fd, c] : conns_) {
-    if (c.writing || (peer_full && !table_full && c.peer != peer)) continue;
-    const std::uint64_t since = c.got_bytes ? c.request_since_ms : c.waiting_since_ms;
-    if (since < oldest) {
-      oldest = since;
-      victim = fd;
+// Keeps the table (and `peer`'s share of it) within its cap now that `newcomer` is in it. The
+// victim: a connection that has sent nothing of a request (idle, or kept alive between
+// requests) before one that has, and among those the one waiting longest. Never the newcomer,
+// nor a connection with a response in flight (its write deadline bounds it). So a flood of
+// empty connections churns among itself, and a client whose request is arriving is not evicted
+// by it. False when nothing can go: the newcomer must.
+bool HttpServer::Loop::make_room(const std::string& peer, int newcomer) {
+  for (;;) {
+    const auto peer_it = per_peer_.find(peer);
+    const bool peer_full = peer_it != per_peer_.end() && peer_it->second > lim_.max_per_peer;
+    const bool table_full = conns_.size() > lim_.max_connections;
+    if (!peer_full && !table_full) return true;
+    int victim = -1;
+    std::pair<bool, std::uint64_t> best{true, UINT64_MAX};
+    for (const auto& [fd, c] : conns_) {
+      if (fd == newcomer || c.writing) continue;
+      if (!table_full && c.peer != peer) continue;  // the peer's own share is what is full
+      const std::pair<bool, std::uint64_t> key{
+          c.got_bytes, c.got_bytes ? c.request_since_ms : c.waiting_since_ms};
+      if (victim < 0 || key < best) {
+        best = key;
+        victim = fd;
+      }
     }
+    if (victim < 0) return false;
+    // Its request may be waiting unread in the kernel (this pass of the loop has not reached
+    // it yet): read and serve it instead, and look again.
+    int pending = 0;
+    if (!best.first && ::ioctl(victim, FIONREAD, &pending) == 0 && pending > 0) {
+      on_event(victim, EPOLLIN, now_ms());
+      continue;
+    }
+    close_conn(victim, HttpClose::evicted);
   }
-  if (victim < 0) return false;
-  close_conn(victim, HttpClose::evicted);
-  // Still at the peer's cap after a table-wide eviction: evict one of the peer's too.
-  if (peer_full && table_full) {
-    const auto it = per_peer_.find(peer);
-    if (it != per_peer_.end() && it->second >= lim_.max_per_peer) return make_room(peer);
-  }
-  return true;
 }
 
 void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now) {
@@ -432,8 +468,10 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
   // A peer that finished sending: what it asked for is answered (above), then it is closed.
   if (eof) {
     auto again = conns_.find(fd);
-    if (again != conns_.end() && !again->second.writing) close_conn(fd, std::nullopt);
-    else if (again != conns_.end()) again->second.close_after = true;
+    if (again != conns_.end() && !again->second.writing)
+      close_conn(fd, std::nullopt);
+    else if (again != conns_.end())
+      again->second.close_after = true;
   }
 }
 
@@ -443,12 +481,22 @@ void HttpServer::Loop::process(int fd, Conn& c, std::uint64_t now) {
     Request req;
     std::size_t consumed = 0;
     switch (parse_head(c.in, lim_, req, consumed)) {
-      case Parse::incomplete: return;
-      case Parse::too_large: fail(fd, c, 431); return;
-      case Parse::bad_request: fail(fd, c, 400); return;
-      case Parse::bad_method: fail(fd, c, 405); return;
-      case Parse::has_body: fail(fd, c, 413); return;
-      case Parse::complete: break;
+      case Parse::incomplete:
+        return;
+      case Parse::too_large:
+        fail(fd, c, 431);
+        return;
+      case Parse::bad_request:
+        fail(fd, c, 400);
+        return;
+      case Parse::bad_method:
+        fail(fd, c, 405);
+        return;
+      case Parse::has_body:
+        fail(fd, c, 413);
+        return;
+      case Parse::complete:
+        break;
     }
     requests.fetch_add(1);
     ++c.served;
@@ -475,7 +523,8 @@ void HttpServer::Loop::respond(int fd, Conn& c, const Request& req) {
     body = status_body();
     type = "application/json";
   } else if (req.path == "/") {
-    static const auto kIndex = text("zernel-scheduler: GET /metrics (Prometheus) or /status (JSON)\n");
+    static const auto kIndex =
+        text("zernel-scheduler: GET /metrics (Prometheus) or /status (JSON)\n");
     body = kIndex;
   } else {
     static const auto kNotFound = text("not found: try /metrics or /status\n");
@@ -497,7 +546,7 @@ void HttpServer::Loop::respond(int fd, Conn& c, const Request& req) {
 
 void HttpServer::Loop::fail(int fd, Conn& c, int code) {
   count(HttpClose::malformed);
-  const char* msg = code == 405 ? "only GET and HEAD\n"
+  const char* msg = code == 405   ? "only GET and HEAD\n"
                     : code == 413 ? "no request bodies\n"
                     : code == 431 ? "request head too large\n"
                                   : "bad request\n";
@@ -665,7 +714,8 @@ std::shared_ptr<const std::string> HttpServer::Loop::status_body() {
 HttpServer::HttpServer(const SnapshotStore& store, HttpLimits limits)
     : store_(store), limits_(limits) {
   limits_.max_connections = std::max<std::uint32_t>(limits_.max_connections, 1);
-  limits_.max_per_peer = std::clamp<std::uint32_t>(limits_.max_per_peer, 1, limits_.max_connections);
+  limits_.max_per_peer =
+      std::clamp<std::uint32_t>(limits_.max_per_peer, 1, limits_.max_connections);
   limits_.max_head_bytes = std::max<std::uint32_t>(limits_.max_head_bytes, 256);
 }
 

@@ -12,10 +12,11 @@
 // took the daemon to 1 GB) nor on connections (1,025 idle ones exhausted the daemon's descriptors
 // and blinded process discovery), and sends exception text to clients. We serve two GET paths:
 // one thread, one epoll set, non-blocking sockets, and every resource bounded:
-//   - at most max_connections connections, max_per_peer from one address; when full, a new
-//     connection evicts the connection that has waited longest without completing a request
-//     (on loopback every local user shares 127.0.0.1: eviction, not the per-peer cap, is what
-//     keeps a scraper's fresh connection served while idle or slow ones hold the table);
+//   - at most max_connections connections, max_per_peer from one address. A request that
+//     arrives with its connection is served at accept, before the connection needs a slot
+//     (on loopback every local user shares 127.0.0.1: this, not the per-peer cap, keeps a
+//     scraper served while an attacker holds the table); otherwise, when full, a connection is
+//     evicted: one that has sent nothing before one that has, the longest waiting first;
 //   - a request head (request line and headers) must be complete within head_deadline_ms of the
 //     connection's accept (or of its first byte, after a kept-alive response), must fit in
 //     max_head_bytes and max_headers; a kept-alive connection idle for idle_timeout_ms is closed;
@@ -64,12 +65,12 @@ struct HttpLimits {
 
 // Why the server closed connections (counted, exposed on /metrics).
 enum class HttpClose : std::uint8_t {
-  deadline,        // request head not complete in time (slowloris)
-  idle,            // kept-alive connection idle too long
-  evicted,         // made room for a new connection
-  refused,         // no room and nothing to evict
-  malformed,       // not a request we serve: 400/405/413/431 sent
-  write_timeout,   // the client did not take its response
+  deadline,       // request head not complete in time (slowloris)
+  idle,           // kept-alive connection idle too long
+  evicted,        // made room for a new connection
+  refused,        // no room and nothing to evict
+  malformed,      // not a request we serve: 400/405/413/431 sent
+  write_timeout,  // the client did not take its response
   nr,
 };
 std::string_view close_reason_label(HttpClose r);

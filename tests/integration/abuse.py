@@ -45,10 +45,15 @@ def connect(port, timeout=2.0):
 
 
 def scrape(port, path):
-    """(seconds, body) of one GET, or (None, None) on failure/timeout (1 s)."""
+    """(seconds, body) of one GET, or (None, None) on failure/timeout (1 s); failures are
+    counted by kind (probe_fail_connect, _reset, _timeout, _status)."""
     t0 = time.monotonic()
     try:
-        s = connect(port, 1.0)
+        try:
+            s = connect(port, 1.0)
+        except OSError:
+            bump("probe_fail_connect")
+            raise
         s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
         data = b""
         while time.monotonic() - t0 < 1.0:
@@ -59,9 +64,19 @@ def scrape(port, path):
             data += chunk
         s.close()
         dt = time.monotonic() - t0
-        if not data.startswith(b"HTTP/1.1 200") or dt >= 1.0:
+        if dt >= 1.0:
+            bump("probe_fail_timeout")
+            return None, None
+        if not data.startswith(b"HTTP/1.1 200"):
+            bump("probe_fail_status" if data else "probe_fail_closed_empty")
             return None, None
         return dt, data.split(b"\r\n\r\n", 1)[1]
+    except socket.timeout:
+        bump("probe_fail_timeout")
+        return None, None
+    except ConnectionResetError:
+        bump("probe_fail_reset")
+        return None, None
     except OSError:
         return None, None
 
@@ -236,9 +251,23 @@ def main():
             threads += [threading.Thread(target=pipeline_client, args=(a.port,)) for _ in range(n)]
         else:
             raise SystemExit(f"unknown attack {kind}")
-    for t in threads:
-        t.daemon = True
-        t.start()
+    # The attacks run in a child process: the scrapes below must not wait for the attack
+    # threads' turn at the interpreter lock (that would count the prober's own stalls).
+    rfd, wfd = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(rfd)
+        for t in threads:
+            t.daemon = True
+            t.start()
+        time.sleep(a.duration + 0.3)
+        STOP.set()
+        for t in threads:
+            t.join(timeout=5)
+        with LOCK:
+            os.write(wfd, json.dumps(COUNTS).encode())
+        os._exit(0)
+    os.close(wfd)
 
     lat = []
     failures = 0
@@ -255,9 +284,16 @@ def main():
         rss_max = max(rss_max, rss_kb(a.pid))
         time.sleep(0.2)
     _, body = scrape(a.port, "/metrics")
-    STOP.set()
-    for t in threads:
-        t.join(timeout=5)
+    child_counts = b""
+    while True:
+        chunk = os.read(rfd, 65536)
+        if not chunk:
+            break
+        child_counts += chunk
+    os.waitpid(child, 0)
+    if child_counts:
+        for k, v in json.loads(child_counts).items():
+            bump(k, v)
     lat.sort()
     out = {
         "probes": len(lat) + failures,

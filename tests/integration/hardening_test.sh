@@ -85,7 +85,7 @@ still_healthy "control socket lock"
 python3 -c 'import ctypes, time; ctypes.CDLL(None).prctl(15, b"sshd", 0, 0, 0); time.sleep(60)' &
 sshd_like=$!
 pids+=("$sshd_like")
-sleep 0.3
+for _ in $(seq 100); do grep -qx sshd "/proc/$sshd_like/comm" 2>/dev/null && break; sleep 0.05; done
 for target in "1:init" "2:kernel thread" "$daemon_pid:daemon itself" "$sshd_like:protected system process"; do
   pid=${target%%:*}
   why=${target#*:}

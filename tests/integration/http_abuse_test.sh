@@ -75,7 +75,7 @@ import ctypes, time
 ctypes.CDLL(None).prctl(15, b"bad\xff\xfename", 0, 0, 0)
 time.sleep(60)' &
 helper=$!
-sleep 0.3
+for _ in $(seq 100); do grep -q '^bad' "/proc/$helper/comm" 2>/dev/null && break; sleep 0.05; done
 "$BIN/zernel-scheduler" tenant assign --pid "$helper" --tenant t --socket "$sock" > "$tmp/assign.txt" 2>&1
 check "the non-UTF-8 process is assigned ($(cat "$tmp/assign.txt"))" "[[ \$? -eq 0 ]]"
 sleep 0.5

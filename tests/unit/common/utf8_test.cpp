@@ -11,11 +11,14 @@ TEST(Utf8, valid_text_is_unchanged) {
 }
 
 TEST(Utf8, each_invalid_byte_becomes_one_replacement_character) {
-  EXPECT_EQ(valid_utf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  EXPECT_EQ(valid_utf8("a\xFF"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(valid_utf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong '/'
   EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(valid_utf8("x\xE2\x82"), "x\xEF\xBF\xBD\xEF\xBF\xBD");  // truncated
-  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80").size(), 12U);  // above U+10FFFF
+  EXPECT_EQ(valid_utf8("x\xE2\x82"), "x\xEF\xBF\xBD\xEF\xBF\xBD");                // truncated
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80\x80").size(), 12U);                          // above U+10FFFF
 }
 
 }  // namespace

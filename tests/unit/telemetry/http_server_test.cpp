@@ -113,7 +113,8 @@ std::string read_until_close(int fd, bool* closed = nullptr) {
 
 std::size_t count_of(std::string_view hay, std::string_view needle) {
   std::size_t n = 0;
-  for (std::size_t p = hay.find(needle); p != std::string_view::npos; p = hay.find(needle, p + 1)) ++n;
+  for (std::size_t p = hay.find(needle); p != std::string_view::npos; p = hay.find(needle, p + 1))
+    ++n;
   return n;
 }
 
@@ -162,9 +163,9 @@ TEST(HttpServer, an_endless_header_line_is_cut_off_at_the_head_limit) {
 
 TEST(HttpServer, a_malformed_request_is_answered_400_at_once_without_internal_text) {
   Served s;
-  for (std::string_view bad : {"GARBAGE\r\n\r\n", "GET /x HTTP/9.9\r\n\r\n",
-                               "GET /metrics HTTP/1.1\r\n folded\r\n\r\n", "GET nopath HTTP/1.1\r\n\r\n",
-                               "GET /metrics HTTP/1.1\r\nNo colon here\r\n\r\n"}) {
+  for (std::string_view bad :
+       {"GARBAGE\r\n\r\n", "GET /x HTTP/9.9\r\n\r\n", "GET /metrics HTTP/1.1\r\n folded\r\n\r\n",
+        "GET nopath HTTP/1.1\r\n\r\n", "GET /metrics HTTP/1.1\r\nNo colon here\r\n\r\n"}) {
     const int fd = connect_to(s.server.port());
     send_all(fd, bad);
     bool closed = false;
@@ -197,9 +198,9 @@ TEST(HttpServer, pipelined_requests_are_all_answered_without_a_stall) {
            "GET / HTTP/1.1\r\nConnection: close\r\n\r\n");
   const std::string out = read_until_close(fd);
   ::close(fd);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   EXPECT_EQ(count_of(out, "HTTP/1.1 200 OK"), 4U) << out.substr(0, 400);
   EXPECT_LT(ms, 500);
 }
@@ -239,6 +240,23 @@ TEST(HttpServer, a_full_table_of_idle_connections_gives_way_to_a_new_request) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
   EXPECT_LE(s.server.stats().open_connections, 8U);
   EXPECT_GE(s.server.stats().closed[static_cast<std::size_t>(HttpClose::evicted)], 12U);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(HttpServer, a_connection_that_has_sent_part_of_a_request_outlives_empty_newcomers) {
+  HttpLimits lim;
+  lim.max_connections = 8;
+  lim.max_per_peer = 8;
+  Served s(lim);
+  const int partial = connect_to(s.server.port());
+  send_all(partial, "GET /metrics HTTP/1.1\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<int> idle;
+  for (int i = 0; i < 30; ++i) idle.push_back(connect_to(s.server.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  send_all(partial, "Connection: close\r\n\r\n");
+  EXPECT_EQ(read_until_close(partial).rfind("HTTP/1.1 200", 0), 0U);
+  ::close(partial);
   for (int fd : idle) ::close(fd);
 }
 
