@@ -20,7 +20,7 @@ struct Decision {
   Phase phase = Phase::unknown;
   bool phase_changed = false;        // this decision committed a new phase
   bool preempt = false;
-  std::int32_t priority = 0;         // phase priority + tenant class priority
+  std::int32_t priority = 0;         // the phase priority (the class is in tenant_weight)
   std::uint32_t weight = kDefaultWeight;  // weight_for_priority(priority)
   std::uint32_t latency_target_us = 0;   // 0 = none
   std::uint64_t slice_ns = kDefaultSliceNs;

@@ -94,7 +94,6 @@ Decision Engine::decide(TaskState& s, std::uint64_t now_ns) {
   if (phase == Phase::gpu_compute && s.gpu_wait_blocks) d.priority = kBlockedGpuWaitPriority;
   if (opts_.multi_tenant_enabled && s.tenant != kNoTenant) {
     d.tenant = s.tenant;
-    d.priority += tenants_.class_priority(s.tenant);
     d.tenant_weight = tenants_.cgroup_weight(s.tenant);
   }
   d.weight = weight_for_priority(d.priority);
@@ -152,13 +151,6 @@ float Engine::cpu_weight_for_pid(std::uint32_t pid) const {
   const TaskState* s = table_.find(pid);
   if (s == nullptr || !tenants_.valid(s->tenant)) return 1.0F;
   return tenants_.weight(s->tenant);
-}
-
-std::int32_t Engine::effective_priority(std::uint32_t pid, std::int32_t phase_priority) const {
-  if (!opts_.multi_tenant_enabled) return phase_priority;
-  const TaskState* s = table_.find(pid);
-  if (s == nullptr) return phase_priority;
-  return phase_priority + tenants_.class_priority(s->tenant);
 }
 
 std::size_t Engine::tenant_task_count(std::uint16_t slot) const {

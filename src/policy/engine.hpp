@@ -68,8 +68,6 @@ class Engine {
   // The tenant weight a pid is scheduled with: its tenant's weight, 1.0 without one or when
   // multi-tenancy is off.
   [[nodiscard]] float cpu_weight_for_pid(std::uint32_t pid) const;
-  // Phase priority plus the class priority of the pid's tenant (when multi-tenancy is on).
-  [[nodiscard]] std::int32_t effective_priority(std::uint32_t pid, std::int32_t phase_priority) const;
   [[nodiscard]] const TenantRegistry& tenants() const { return tenants_; }
   // Tracked tasks assigned to a tenant slot.
   [[nodiscard]] std::size_t tenant_task_count(std::uint16_t slot) const;

@@ -37,7 +37,7 @@ std::string_view phase_label(Phase p);
 std::optional<Phase> parse_phase(std::string_view s);
 
 struct PhasePolicy {
-  std::int32_t priority;          // added to the tenant class priority; higher = more CPU
+  std::int32_t priority;          // the decision's priority; higher = more CPU
   bool preempt;                   // a wakeup may preempt lower-priority work
   std::uint32_t latency_target_us;  // 0 = none
   std::uint64_t slice_ns;         // time slice in the kernel scheduler

@@ -20,11 +20,11 @@
 //
 // so a training tenant next to a background tenant of equal GPUs gets 9.3x its CPU, and a 1-GPU
 // training tenant outweighs an untenanted cgroup of cpu.weight 100 about 3:1. An explicit
-// cpu_weight is final (no factor). The class priority is also added to the phase priority of each
-// of the tenant's tasks, which orders them against processes outside any tenant where the backend
-// has only per-thread priorities; inside the tenant it is the same for every thread and cancels
-// out. The share is never multiplied into the priority: it scales the tenant's weight, so it
-// cannot flip or amplify the sign of a phase priority.
+// cpu_weight is final (no factor). The class no longer shifts the tasks' priorities (the seed
+// added it to every task's phase priority; inside a tenant that is the same for every thread and
+// cancels out, and where a backend carries the tenant weight as nice it would count twice).
+// Neither the share nor the class is ever multiplied into the priority, so neither can flip or
+// amplify the sign of a phase priority.
 //
 // Registering an id that exists replaces that tenant (its GPUs are not counted twice) and keeps its
 // processes. Slots are stable small integers so tasks can refer to their tenant without strings.

@@ -62,18 +62,22 @@ TEST(TenantSeed, gpu_proportional_weight) {
   EXPECT_LT(std::fabs(w_b / w_a - 3.0F), 0.01F);
 }
 
-TEST(TenantSeed, priority_class_affects_priority) {
+// The seed added the class to every task's priority; inside a tenant that cancels out, so the
+// class now scales the tenant's weight instead (tenant.hpp) and the priority is the phase's.
+TEST(TenantSeed, priority_class_affects_the_tenant_weight_not_the_priority) {
   Engine e(multi_tenant_options(), Topology::single_node(8));
-  ASSERT_TRUE(e.upsert_tenant(tenant("train", 4, PriorityClass::training, 1.0F)).ok());
-  ASSERT_TRUE(e.upsert_tenant(tenant("bg", 4, PriorityClass::background, 1.0F)).ok());
+  ASSERT_TRUE(e.upsert_tenant(tenant("train", 4, PriorityClass::training)).ok());
+  ASSERT_TRUE(e.upsert_tenant(tenant("bg", 4, PriorityClass::background)).ok());
+  ASSERT_TRUE(e.register_task(100, true, std::nullopt).ok());
+  ASSERT_TRUE(e.register_task(200, true, std::nullopt).ok());
   ASSERT_TRUE(e.assign_pid(100, "train").ok());
   ASSERT_TRUE(e.assign_pid(200, "bg").ok());
 
-  const std::int32_t p_train = e.effective_priority(100, 10);
-  const std::int32_t p_bg = e.effective_priority(200, 10);
-  EXPECT_GT(p_train, p_bg);
-  EXPECT_EQ(p_train, 15);
-  EXPECT_EQ(p_bg, 5);
+  const Decision train = e.schedule(100, 1);
+  const Decision bg = e.schedule(200, 1);
+  EXPECT_EQ(train.priority, bg.priority);
+  EXPECT_EQ(train.tenant_weight, 305U);
+  EXPECT_EQ(bg.tenant_weight, 33U);
 }
 
 TEST(TenantSeed, unregistered_pid_gets_default_weight) {
@@ -91,7 +95,6 @@ TEST(TenantSeed, unregister_tenant_cleans_up) {
   EXPECT_EQ(e.tenants().count(), 0U);
   EXPECT_EQ(e.cpu_weight_for_pid(100), 1.0F);  // cleaned up
   EXPECT_EQ(e.tenant_of(100), nullptr);
-  EXPECT_EQ(e.effective_priority(100, 10), 10);
 }
 
 // The same scenarios on TenantRegistry, by slot.
@@ -337,8 +340,8 @@ TEST(TenantRegistry, cgroup_weight_is_weight_times_100_clamped) {
 TEST(EngineTenant, a_bigger_tenant_never_pushes_a_negative_phase_priority_further_down) {
   // design.md section 2: "Tenant weight multiplies the phase priority, so a bigger tenant in a
   // negative-priority phase is pushed further down". The seed gave GpuCompute (-5) of a 1.5x
-  // Background tenant (int)(-5 * 1.5) - 5 = -12; the priority is now phase + class = -10 and the
-  // share travels separately as tenant_weight.
+  // Background tenant (int)(-5 * 1.5) - 5 = -12; the priority is now the phase's (-5) and the
+  // share, class included, travels separately as tenant_weight.
   Engine e(multi_tenant_options(), Topology::single_node(4));
   ASSERT_TRUE(e.upsert_tenant(tenant("big", 6, PriorityClass::background)).ok());
   ASSERT_TRUE(e.upsert_tenant(tenant("small", 2, PriorityClass::training)).ok());
@@ -351,33 +354,27 @@ TEST(EngineTenant, a_bigger_tenant_never_pushes_a_negative_phase_priority_furthe
   ASSERT_TRUE(e.update_task(100, busy));
   ASSERT_TRUE(e.update_task(200, busy));
 
-  EXPECT_EQ(e.effective_priority(100, -5), -10);
-  EXPECT_EQ(e.effective_priority(200, -5), 0);  // seed: (int)(-5 * 0.5) + 5 = 3
-
   const Decision big = e.schedule(100, 1000);
   EXPECT_EQ(big.phase, Phase::gpu_compute);
-  EXPECT_EQ(big.priority, -10);
-  EXPECT_EQ(big.weight, weight_for_priority(-10));
+  EXPECT_EQ(big.priority, -5);
+  EXPECT_EQ(big.weight, weight_for_priority(-5));
   EXPECT_EQ(big.tenant_weight, 49U);  // 1.5 x the background factor (0.33)
   const Decision small = e.schedule(200, 1000);
-  EXPECT_EQ(small.priority, 0);
+  EXPECT_EQ(small.priority, -5);  // seed: (int)(-5 * 0.5) + 5 = 3
   EXPECT_EQ(small.tenant_weight, 153U);
 }
 
-TEST(EngineTenant, priority_is_phase_plus_class_for_every_share_phase_and_class) {
+TEST(EngineTenant, priority_is_the_phase_priority_for_every_share_and_class) {
   for (float w : {0.01F, 0.5F, 1.0F, 1.5F, 3.0F, 100.0F}) {
     for (PriorityClass c : kAllPriorityClasses) {
       Engine e(multi_tenant_options(), Topology::single_node(2));
       ASSERT_TRUE(e.upsert_tenant(tenant("t", 4, c, w)).ok());
+      ASSERT_TRUE(e.register_task(7, true, std::nullopt).ok());
       ASSERT_TRUE(e.assign_pid(7, "t").ok());
-      for (Phase p : kAllPhases) {
-        const std::int32_t phase_prio = policy_for_phase(p).priority;
-        const std::int32_t prio = e.effective_priority(7, phase_prio);
-        EXPECT_EQ(prio, phase_prio + base_priority(c))
-            << "weight " << w << " class " << class_name(c) << " phase " << phase_name(p);
-        // Never flipped against the phase's own sign beyond what the class adds.
-        EXPECT_EQ(prio - base_priority(c), phase_prio);
-      }
+      const Decision d = e.schedule(7, 1);
+      EXPECT_EQ(d.priority, policy_for_phase(d.phase).priority)
+          << "weight " << w << " class " << class_name(c);
+      EXPECT_EQ(d.tenant_weight, e.tenants().cgroup_weight(d.tenant));
     }
   }
 }
@@ -397,7 +394,7 @@ TEST(EngineTenant, a_zero_gpu_tenant_keeps_its_phase_priority_and_a_positive_sha
   EXPECT_GT(e.cpu_weight_for_pid(5), 0.0F);
   const Decision d = e.schedule(5, 10);
   EXPECT_EQ(d.phase, Phase::data_loading);
-  EXPECT_EQ(d.priority, 11);
+  EXPECT_EQ(d.priority, 10);
   EXPECT_GE(d.tenant_weight, 1U);
 }
 
@@ -446,8 +443,8 @@ TEST(EngineTenant, a_non_ml_process_of_a_tenant_is_scheduled_with_the_tenant_sha
   EXPECT_EQ(d.phase, Phase::unknown);
   EXPECT_EQ(d.tenant, *e.tenants().find("inf"));
   EXPECT_EQ(d.tenant_weight, 293U);  // 3 / 4 * 2 = 1.5, x the inference factor 1.95
-  EXPECT_EQ(d.priority, 3);          // Unknown 0 + Inference 3
-  EXPECT_EQ(d.weight, weight_for_priority(3));
+  EXPECT_EQ(d.priority, 0);          // Unknown; the class is in tenant_weight
+  EXPECT_EQ(d.weight, weight_for_priority(0));
   EXPECT_EQ(e.decisions_made(), 1U);
 }
 
@@ -472,7 +469,7 @@ TEST(EngineTenant, reassigning_moves_the_process_between_tenants) {
   ASSERT_TRUE(e.assign_pid(9, "b").ok());
   EXPECT_EQ(e.tenant_task_count(a), 0U);
   EXPECT_EQ(e.tenant_task_count(b), 1U);
-  EXPECT_EQ(e.schedule(9, 1).priority, -5);
+  EXPECT_EQ(e.schedule(9, 1).tenant, b);
 }
 
 TEST(EngineTenant, unregistering_a_task_drops_its_tenant_mapping) {
@@ -492,7 +489,6 @@ TEST(EngineTenant, unregistering_a_task_drops_its_tenant_mapping) {
   ASSERT_TRUE(e.register_task(100, true, std::nullopt).ok());  // the pid is reused
   EXPECT_EQ(e.tenant_of(100), nullptr);
   EXPECT_EQ(e.cpu_weight_for_pid(100), 1.0F);
-  EXPECT_EQ(e.effective_priority(100, 10), 10);
   const Decision d = e.schedule(100, 5);
   EXPECT_EQ(d.tenant, kNoTenant);
   EXPECT_EQ(d.tenant_weight, 100U);
@@ -529,7 +525,7 @@ TEST(EngineTenant, removing_a_tenant_unassigns_its_processes_only) {
   // b is now the only tenant: weight 1.0.
   EXPECT_FLOAT_EQ(e.cpu_weight_for_pid(3), 1.0F);
   EXPECT_EQ(e.schedule(1, 1).tenant, kNoTenant);
-  EXPECT_EQ(e.schedule(3, 1).priority, 3);
+  EXPECT_EQ(e.schedule(3, 1).tenant, *e.tenants().find("b"));
   // A new tenant that reuses the slot does not inherit the old processes.
   ASSERT_TRUE(e.upsert_tenant(tenant("c", 1)).ok());
   EXPECT_EQ(e.tenant_of(1), nullptr);
@@ -547,7 +543,7 @@ TEST(EngineTenant, upserting_an_existing_tenant_keeps_its_processes) {
   ASSERT_NE(e.tenant_of(1), nullptr);
   EXPECT_EQ(e.tenant_of(1)->gpus, 6U);
   EXPECT_FLOAT_EQ(e.cpu_weight_for_pid(1), 1.0F);
-  EXPECT_EQ(e.effective_priority(1, 0), -5);
+  EXPECT_EQ(e.tenant_of(1)->priority_class, PriorityClass::background);
   EXPECT_EQ(e.tenant_task_count(*e.tenants().find("a")), 1U);
 }
 
@@ -577,14 +573,12 @@ TEST(EngineTenant, multi_tenant_disabled_ignores_tenants_in_decisions_and_priori
   EXPECT_EQ(d.weight, weight_for_priority(10));
   EXPECT_EQ(d.tenant, kNoTenant);
   EXPECT_EQ(d.tenant_weight, 100U);
-  EXPECT_EQ(e.effective_priority(1, 10), 10);
-  EXPECT_EQ(e.effective_priority(1, -5), -5);
 }
 
 TEST(EngineTenant, cpu_weight_for_pid_is_one_when_multi_tenant_is_disabled) {
   // engine.hpp documents cpu_weight_for_pid as "the tenant weight a pid is scheduled with"; with
-  // multi-tenancy off every decision carries tenant_weight 100 (1.0) and effective_priority
-  // ignores the tenant, so the weight query must agree with them.
+  // multi-tenancy off every decision carries tenant_weight 100 (1.0), so the weight query must
+  // agree with it.
   EngineOptions o;
   Engine e(o, Topology::single_node(4));
   ASSERT_TRUE(e.upsert_tenant(tenant("a", 6)).ok());
@@ -600,8 +594,6 @@ TEST(EngineTenant, a_process_without_a_tenant_has_weight_one_and_no_class_adjust
   ASSERT_TRUE(e.upsert_tenant(tenant("a", 2, PriorityClass::background)).ok());
   ASSERT_TRUE(e.register_task(3, true, std::nullopt).ok());
   EXPECT_EQ(e.cpu_weight_for_pid(3), 1.0F);
-  EXPECT_EQ(e.effective_priority(3, 10), 10);
-  EXPECT_EQ(e.effective_priority(999, 10), 10);  // untracked
   EXPECT_EQ(e.tenant_of(3), nullptr);
   const Decision d = e.schedule(3, 1);
   EXPECT_EQ(d.tenant, kNoTenant);

@@ -80,7 +80,7 @@ TEST(StatusJson, lists_tasks_with_nulls_for_absent_values) {
   EXPECT_EQ(t0["phase"], "GpuCompute");
   EXPECT_EQ(t0["tenant"], "team-a");
   EXPECT_EQ(t0["gpu_id"], 0);
-  EXPECT_EQ(t0["priority"], 0);  // GpuCompute -5 + Training +5
+  EXPECT_EQ(t0["priority"], -5);  // GpuCompute; the class (training) is in the tenant weight
   const auto& t1 = j["tasks"][1];
   EXPECT_TRUE(t1["tenant"].is_null());
   EXPECT_TRUE(t1["gpu_id"].is_null());
