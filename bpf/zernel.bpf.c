@@ -52,8 +52,8 @@
  * such splits within 5 %.
  *
  * LAG. vtime_now is the largest queue key (vtime + request, below) that started running in
- * order from the shared queue (or that a CPU kept, see keep_prev). Every wakeup and every
- * enqueue bounds the thread's key to
+ * order from the shared queue (or that a CPU kept, see keep_prev), so it follows a thread that
+ * runs alone. Every wakeup bounds the thread's key to
  *
  *	vtime_now - credit  <=  key  <=  vtime_now + lead
  *
@@ -61,9 +61,12 @@
  * what any thread leads by after a slice taken from the head of the queue; the second covers the
  * overrun to the tick that ends it). In service time: a sleeper gains at most 20 ms of CPU ahead
  * of the threads that ran, and a thread that ran alone on an idle CPU, or was rescued, is at most
- * two slices ahead of newcomers, which start at vtime_now. So a job that trained alone for an
- * hour competes fairly from the first slice after neighbours arrive (the earlier design let its
- * vtime run ahead unboundedly and starved it).
+ * two slices ahead of newcomers, which start at vtime_now. A thread that never sleeps is kept
+ * near vtime_now by keep_prev while it runs alone, and by the queue order once it competes. So
+ * a job that trained alone for an hour competes fairly from the first slice after neighbours
+ * arrive. The bound is not applied when a runnable thread is put back: vtime_now can run ahead
+ * of a group's keys (a CPU that cannot run the head of the queue takes a later task, whose key
+ * then sets vtime_now), and lifting the group's keys there would shift shares.
  *
  * CPU.MAX. ops.cgroup_set_bandwidth (and cgroup_init) give each cgroup its quota and period.
  * Run time is charged to the quota of the thread's cgroup and of each ancestor with one (also
@@ -752,11 +755,14 @@ static __always_inline u64 task_request(const struct task_ctx *tctx)
 }
 
 /*
- * Lag bound, on queue keys (vtime + request): a thread's key stays within one default slice of
- * its own service below vtime_now (the credit of a sleeper) and two of its own slices above it
- * (the lead of a thread that ran alone, on an idle CPU, or was rescued; one slice is what any
- * thread leads by after a slice from the head of the queue, the second covers its overrun). See
- * LAG in the opening comment.
+ * Lag bound, on queue keys (vtime + request), at every wakeup: a thread's key is put within one
+ * default slice of its own service below vtime_now (the credit of a sleeper) and two of its own
+ * slices above it (the lead of a thread that ran alone, on an idle CPU, or was rescued: one
+ * slice is what any thread leads by after a slice taken from the head of the queue, the second
+ * covers the overrun to the tick that ends it). Not when a runnable thread is put back: under
+ * contention keys stay near the front by themselves, and vtime_now, the largest key a CPU took
+ * in order, can run ahead of a group's keys (a CPU that cannot run the head takes a later task),
+ * so a bound there would shift shares. See LAG in the opening comment.
  */
 static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share)
 {
@@ -1098,7 +1104,6 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		task_account(p, tctx);
 	tctx->in_order = 0;
 	share = task_share(p, tctx);
-	clamp_lag(tctx, share);
 	key = tctx->pub.vtime + vscale(task_request(tctx), share);
 
 	/* Its cgroup (or an ancestor) spent its cpu.max quota: wait for the next period. */
@@ -1185,7 +1190,6 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	if (task_throttled(tctx))
 		return false;
 	share = task_share(prev, tctx);
-	clamp_lag(tctx, share);
 	head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
 	if (head) {
 		/* A head that cannot run here is not our competitor: let move_to_local choose. */

@@ -22,7 +22,7 @@
 #             older zernel driver ($SCX_BENCH_BASE, if set), in rounds of rotating order
 # Results are "@@ " lines on stdout; the exit status is the number of failed checks, or 77 when
 # none failed but one could not measure (the latency check on a host too noisy).
-# Env: SCX_DRIVER (zernel-scx-driver), SCX_SHARE_SECS (10), SCX_ALONE_SECS (15),
+# Env: SCX_DRIVER (zernel-scx-driver), SCX_SHARE_SECS (10), SCX_ALONE_SECS (40), SCX_SHARE_CASES,
 # SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
 # SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
 # SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
@@ -465,15 +465,13 @@ tenant_decisions() {
 # Sharing as a real node has it (issue 10): late arrivals, cgroup weights and cpu.max, tenants
 # as one level of the cgroup tree, thread counts above the CPU count, a higher sched class.
 # Everything on the 2 vCPUs unless said; hogs run in cgroups, as systemd or kubelet place them.
-check_sharing() {
-  secs=${SCX_SHARE_SECS:-10}
-  hog_secs=$((secs * 3 + 30))
-  all=''
-
+# SCX_SHARE_CASES picks cases (default all, in this order).
+share_late() {
   # 1. A thread that ran alone (5 ms on, 5 ms off) for a while, then 4 hogs arrive.
   start_driver || return
-  zernel-scx-probe duty 5 5 $((secs * 4)) & duty=$!
-  sleep "${SCX_ALONE_SECS:-15}"
+  alone=${SCX_ALONE_SECS:-40}
+  zernel-scx-probe duty 5 5 $((alone + 15)) & duty=$!
+  sleep "$alone"
   cg z_hogs 100
   hogs 4 z_hogs
   all="$duty $pids"
@@ -483,7 +481,9 @@ check_sharing() {
   # Its fair share is 2/5 of 2 CPUs, more than the 50 % of one it asks for: at least a quarter.
   if [ $((t1 - t0)) -ge 25 ] && [ $((t2 - t1)) -ge 100 ]; then ok "$msg"; else bad "$msg"; fi
   stop_all late
+}
 
+share_cpumax() {
   # 2. cpu.max 20000/100000: a hog limited to 20 % of one CPU, beside an unlimited one.
   start_driver || return
   cg z_lim 100 "20000 100000"; hogs 1 z_lim; lim=$pids
@@ -496,7 +496,9 @@ check_sharing() {
   if [ "$pct" -ge 17 ] && [ "$pct" -le 23 ]; then ok "$msg (want 20 +-3)"; else bad "$msg (want 20 +-3)"; fi
   stop_all cpu.max
   r "cpu.max: $(json_num throttled) enqueues parked, $(json_num throttle_cut) slices cut"
+}
 
+share_cgroups() {
   # 3. Sibling cgroups with cpu.weight 300 and 100, 3 hogs each, on 2 CPUs: 3:1.
   start_driver || return
   cg z_w300 300; hogs 3 z_w300; a=$pids
@@ -505,7 +507,9 @@ check_sharing() {
   sleep 1
   ratio "cgroups cpu.weight 300:100, 3 hogs each, 2 CPUs" 300 5 "$secs" $a -- $b
   stop_all cgroups
+}
 
+share_tenant() {
   # 4. A 1-GPU training tenant (cpu.weight 305) with 4 hogs beside 4 untenanted hogs in a
   # cgroup of cpu.weight 100: the tenant gets 305:100, it does not shrink.
   cg z_job 100; hogs 4 z_job; t=$pids
@@ -516,7 +520,9 @@ check_sharing() {
   sleep 1
   ratio "tenant (305) with 4 hogs vs untenanted cgroup (100) with 4, 2 CPUs" 305 5 "$secs" $t -- $u
   stop_all tenant-vs-untenanted
+}
 
+share_splits() {
   # 5. Tenants of 6 and 2 GPUs (458:153 with the training factor) with 2 and 4 hogs: 3:1.
   cg z_t6 100; hogs 2 z_t6; a=$pids
   cg z_t2 100; hogs 4 z_t2; b=$pids
@@ -536,7 +542,9 @@ check_sharing() {
   sleep 1
   ratio "tenants 6:2 GPUs with 1 and 6 hogs, 2 CPUs (one CPU caps the first)" 100 5 "$secs" $a -- $b
   stop_all tenants-1-6
+}
 
+share_class() {
   # 6. The class: equal GPUs, training (305) vs background (33), 2 hogs each: 9.24:1.
   cg z_tr 100; hogs 2 z_tr; a=$pids
   cg z_bg 100; hogs 2 z_bg; b=$pids
@@ -544,20 +552,33 @@ check_sharing() {
   # shellcheck disable=SC2046
   start_driver $(tenant_decisions 0:305 $a) $(tenant_decisions 1:33 $b) || { kill $all; return; }
   sleep 1
-  ratio "class: training vs background tenant, 2 hogs each, 2 CPUs" 924 8 "$secs" $a -- $b
+  ratio "class: training vs background tenant, 2 hogs each, 2 CPUs" 924 12 "$secs" $a -- $b
   stop_all class
+}
 
-  # 7. A real-time task (SCHED_FIFO, 100 ms on, 100 ms off) on CPU 1 beside two hogs: a hog
-  # preempted there goes to the other CPU instead of waiting on CPU 1's queue, so both get the
-  # same share.
+share_rt() {
+  # 7. A real-time task (SCHED_FIFO, 100 ms on, 100 ms off) on CPU 1; hog A may run anywhere, hog B
+  # only on CPU 0. When the SCHED_FIFO task takes CPU 1 from A, A goes to the queue and shares CPU
+  # 0 with B instead of waiting 100 ms on CPU 1's own queue: A and B get the same (each 3/4 of a
+  # CPU); left waiting there, A would get half of B.
   start_driver || return
-  cg z_rt 100; hogs 2 z_rt; a=${pids% *}; b=${pids##* }
+  cg z_rt 100
+  hogs 1 z_rt; a=$pids
+  sh -c "echo \$\$ > $CG/z_rt/cgroup.procs && exec taskset -c 0 zernel-scx-probe spin $hog_secs" &
+  b=$!
   taskset -c 1 zernel-scx-probe duty 100 100 $((secs + 5)) fifo & rt=$!
-  all="$pids $rt"
+  all="$a $b $rt"
   sleep 1
-  ratio "two hogs beside a SCHED_FIFO task on CPU 1" 100 10 "$secs" $a -- $b
+  ratio "hog A (any CPU) vs hog B (CPU 0) beside a SCHED_FIFO task on CPU 1" 100 15 "$secs" $a -- $b
   stop_all rt
   r "rt: $(json_num reenq) tasks put back from a CPU the SCHED_FIFO task took"
+}
+
+check_sharing() {
+  secs=${SCX_SHARE_SECS:-10}
+  hog_secs=$((secs * 3 + 30))
+  all=''
+  for c in ${SCX_SHARE_CASES:-late cpumax cgroups tenant splits class rt}; do "share_$c"; done
 }
 
 r "kernel $(uname -r), sched_ext state $(state)"
