@@ -20,8 +20,9 @@ std::uint64_t raise_nofile_limit() {
 
 FdBudget fd_budget(std::uint64_t nofile) {
   FdBudget b;
-  // 7/8 of the descriptors stay for /proc, sysfs, BPF, NVML, journals and the control socket
-  // (whose own cap is ControlServer::kMaxClients).
+  // 7/8 of the descriptors stay for the rest: the signal sampler keeps at most half of the
+  // limit open (collect/signals.hpp), the control socket at most ControlServer::kMaxClients,
+  // and discovery, sysfs, BPF, NVML and the journals have the remaining 3/8 minus those.
   b.http_connections = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(nofile / 8, 16, 512));
   b.http_per_peer = std::max<std::uint32_t>(b.http_connections / 2, 1);
   return b;

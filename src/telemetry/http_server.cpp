@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -742,6 +743,12 @@ Result<void> HttpServer::start(const std::string& address, std::uint16_t port) {
   // silently take half of the scrapes.
   int yes = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  // The kernel hands over a connection when its first data arrives (or after a few seconds):
+  // a scraper's request is then there at accept and served at once, and connections that never
+  // send wait in the kernel's queue instead of in the table, where they could evict a client
+  // that connected but had not yet sent its request.
+  int defer_s = static_cast<int>(std::max<std::uint32_t>(limits_.head_deadline_ms / 1000, 1));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s));
   const int b = ::bind(fd, res->ai_addr, res->ai_addrlen);
   const int bind_err = errno;
   ::freeaddrinfo(res);

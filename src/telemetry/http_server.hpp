@@ -12,8 +12,9 @@
 // took the daemon to 1 GB) nor on connections (1,025 idle ones exhausted the daemon's descriptors
 // and blinded process discovery), and sends exception text to clients. We serve two GET paths:
 // one thread, one epoll set, non-blocking sockets, and every resource bounded:
-//   - at most max_connections connections, max_per_peer from one address. A request that
-//     arrives with its connection is served at accept, before the connection needs a slot
+//   - at most max_connections connections, max_per_peer from one address. The listening
+//     socket defers accept until a connection's first data (TCP_DEFER_ACCEPT), and a request
+//     that arrives with its connection is served at accept, before the connection needs a slot
 //     (on loopback every local user shares 127.0.0.1: this, not the per-peer cap, keeps a
 //     scraper served while an attacker holds the table); otherwise, when full, a connection is
 //     evicted: one that has sent nothing before one that has, the longest waiting first;

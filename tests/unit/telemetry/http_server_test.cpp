@@ -227,13 +227,17 @@ TEST(HttpServer, a_slow_request_head_is_closed_at_its_deadline) {
   EXPECT_GE(s.server.stats().closed[static_cast<std::size_t>(HttpClose::deadline)], 1U);
 }
 
-TEST(HttpServer, a_full_table_of_idle_connections_gives_way_to_a_new_request) {
+TEST(HttpServer, a_full_table_of_stalled_connections_gives_way_to_a_new_request) {
   HttpLimits lim;
   lim.max_connections = 8;
   lim.max_per_peer = 8;
   Served s(lim);
+  // Each sends one byte (TCP_DEFER_ACCEPT keeps connections that send nothing in the kernel).
   std::vector<int> idle;
-  for (int i = 0; i < 20; ++i) idle.push_back(connect_to(s.server.port()));
+  for (int i = 0; i < 20; ++i) {
+    idle.push_back(connect_to(s.server.port()));
+    send_all(idle.back(), "G");
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_NE(s.get("/metrics").find("200 OK"), std::string::npos);
