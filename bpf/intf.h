@@ -9,7 +9,8 @@
  *   - sizes and offsets are asserted at the bottom and checked by both compilers.
  *
  * Maps (the names are the skeleton's; the BPF side defines them):
- *   zernel_decisions  HASH   key __u32 tgid -> struct zernel_decision   (userspace writes)
+ *   zernel_decisions  HASH   key __u32 tgid -> struct zernel_decision   (userspace writes;
+ *                     max_entries set by the loader from max_tracked_tasks, no prealloc)
  *   zernel_tenants    ARRAY  key __u32 slot -> struct zernel_tenant     (userspace writes)
  *   zernel_tenant_load ARRAY key __u32 slot -> struct zernel_tenant_load
  *                     (BPF writes, userspace only reads: the tenant's runnable weight)
@@ -44,7 +45,7 @@
 
 /* Limits. */
 enum zernel_limits {
-	ZERNEL_MAX_TASKS = 65536,	/* processes (tgids) with a decision: max_tracked_tasks */
+	ZERNEL_MAX_TASKS = 65536,	/* decision map entries when the loader is given no size */
 	ZERNEL_MAX_TENANTS = 1024,	/* tenant slots (policy::kMaxTenants) */
 	ZERNEL_MAX_CPUS = 1024,		/* CPU ids the scheduler handles (0..1023) */
 	ZERNEL_MAX_NODES = 64,		/* NUMA node ids (0..63) */
@@ -120,8 +121,9 @@ struct zernel_tenant {
 };
 
 /*
- * A tenant's runnable load: maintained by BPF with atomic adds in ops.runnable/ops.quiescent.
- * Kept apart from struct zernel_tenant so that a loader write never clobbers it. 16 bytes.
+ * A tenant's runnable load: maintained by BPF with atomic adds as the tenant's threads wake
+ * (ops.select_cpu / ops.enqueue) and sleep (ops.stopping). Kept apart from struct zernel_tenant
+ * so that a loader write never clobbers it. 16 bytes.
  */
 struct zernel_tenant_load {
 	__s64 runnable_weight;		/* sum of the decision weights of the tenant's runnable threads */
@@ -169,8 +171,8 @@ struct zernel_task_ctx {
 	__u64 last_burst_ns;		/* ns: length of the last completed burst */
 	__u64 avg_burst_ns;		/* ns: moving average of bursts (7/8 old + 1/8 new) */
 	__u64 wakeups;			/* count of wakeups */
-	__s64 contrib_weight;		/* weight it added to its tenant's runnable_weight; 0 = none */
-	__u16 contrib_tenant;		/* the tenant slot it added to; ZERNEL_NO_TENANT = none */
+	__s64 contrib_weight;		/* weight it added to its node's runnable weight; 0 = none */
+	__u16 contrib_tenant;		/* the tenant slot of that node; ZERNEL_NO_TENANT = a cgroup */
 	__u16 __pad0;			/* zero */
 	__u32 __pad1;			/* zero */
 };

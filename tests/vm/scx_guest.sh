@@ -433,6 +433,16 @@ ratio() {
   if [ "$got" -ge "$lo" ] && [ "$got" -le "$hi" ]; then ok "$msg"; else bad "$msg"; fi
 }
 CG=/sys/fs/cgroup
+# ideal WA NA WB NB: the ideal ratio * 100 of two groups of weights WA and WB with NA and NB busy
+# threads on this machine's CPUs: shares by weight, a group capped at one CPU per thread and the
+# rest going to the other.
+ideal() {
+  awk -v wa="$1" -v na="$2" -v wb="$3" -v nb="$4" -v c="$(nproc)" 'BEGIN {
+    sa = c * wa / (wa + wb); sb = c - sa
+    if (sa > na) { sa = na; sb = c - na; if (sb > nb) sb = nb }
+    else if (sb > nb) { sb = nb; sa = c - nb; if (sa > na) sa = na }
+    printf "%d", 100 * sa / sb + 0.5 }'
+}
 # cg NAME WEIGHT [CPU_MAX]: a cgroup of the cpu controller under the root.
 cg() {
   mkdir -p "$CG/$1"
@@ -464,7 +474,8 @@ tenant_decisions() {
 
 # Sharing as a real node has it (issue 10): late arrivals, cgroup weights and cpu.max, tenants
 # as one level of the cgroup tree, thread counts above the CPU count, a higher sched class.
-# Everything on the 2 vCPUs unless said; hogs run in cgroups, as systemd or kubelet place them.
+# On the VM's CPUs (2; ZERNEL_VM_SMP=4 for 4): the wanted ratios are computed for them (ideal).
+# Hogs run in cgroups, as systemd or kubelet place them.
 # SCX_SHARE_CASES picks cases (default all, in this order).
 share_late() {
   # 1. A thread that ran alone (5 ms on, 5 ms off) for a while, then 4 hogs arrive.
@@ -505,7 +516,8 @@ share_cgroups() {
   cg z_w100 100; hogs 3 z_w100; b=$pids
   all="$a $b"
   sleep 1
-  ratio "cgroups cpu.weight 300:100, 3 hogs each, 2 CPUs" 300 5 "$secs" $a -- $b
+  ratio "cgroups cpu.weight 300:100, 3 hogs each, $(nproc) CPUs" "$(ideal 300 3 100 3)" 5 "$secs" \
+    $a -- $b
   stop_all cgroups
 }
 
@@ -518,7 +530,8 @@ share_tenant() {
   # shellcheck disable=SC2046
   start_driver $(tenant_decisions 0:305 $t) || { kill $all; return; }
   sleep 1
-  ratio "tenant (305) with 4 hogs vs untenanted cgroup (100) with 4, 2 CPUs" 305 5 "$secs" $t -- $u
+  ratio "tenant (305) with 4 hogs vs untenanted cgroup (100) with 4, $(nproc) CPUs" \
+    "$(ideal 305 4 100 4)" 5 "$secs" $t -- $u
   stop_all tenant-vs-untenanted
 }
 
@@ -530,29 +543,32 @@ share_splits() {
   # shellcheck disable=SC2046
   start_driver $(tenant_decisions 0:458 $a) $(tenant_decisions 1:153 $b) || { kill $all; return; }
   sleep 1
-  ratio "tenants 6:2 GPUs with 2 and 4 hogs, 2 CPUs" 300 5 "$secs" $a -- $b
+  ratio "tenants 6:2 GPUs with 2 and 4 hogs, $(nproc) CPUs" "$(ideal 458 2 153 4)" 5 "$secs" \
+    $a -- $b
   stop_all tenants-2-4
-  # ... and with 1 and 6 hogs: the 1-hog tenant can use one CPU at most, the other gets the
-  # other CPU: 1:1.
+  # ... and with 1 and 6 hogs: the 1-hog tenant can use one CPU at most, the other tenant gets
+  # the rest (1:1 on 2 CPUs).
   cg z_t6 100; hogs 1 z_t6; a=$pids
   cg z_t2 100; hogs 6 z_t2; b=$pids
   all="$a $b"
   # shellcheck disable=SC2046
   start_driver $(tenant_decisions 0:458 $a) $(tenant_decisions 1:153 $b) || { kill $all; return; }
   sleep 1
-  ratio "tenants 6:2 GPUs with 1 and 6 hogs, 2 CPUs (one CPU caps the first)" 100 5 "$secs" $a -- $b
+  ratio "tenants 6:2 GPUs with 1 and 6 hogs, $(nproc) CPUs (one CPU caps the first)" \
+    "$(ideal 458 1 153 6)" 5 "$secs" $a -- $b
   stop_all tenants-1-6
 }
 
 share_class() {
-  # 6. The class: equal GPUs, training (305) vs background (33), 2 hogs each: 9.24:1.
+  # 6. The class: equal GPUs, training (305) vs background (33), 2 hogs each: 9.24:1 on 2 CPUs.
   cg z_tr 100; hogs 2 z_tr; a=$pids
   cg z_bg 100; hogs 2 z_bg; b=$pids
   all="$a $b"
   # shellcheck disable=SC2046
   start_driver $(tenant_decisions 0:305 $a) $(tenant_decisions 1:33 $b) || { kill $all; return; }
   sleep 1
-  ratio "class: training vs background tenant, 2 hogs each, 2 CPUs" 924 12 "$secs" $a -- $b
+  ratio "class: training vs background tenant, 2 hogs each, $(nproc) CPUs" "$(ideal 305 2 33 2)" 12 \
+    "$secs" $a -- $b
   stop_all class
 }
 

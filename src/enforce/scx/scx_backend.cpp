@@ -113,21 +113,24 @@ Result<void> check_cgroup_support(const Options& options, unsigned caps) {
     return {};
   }
   if (!weight) {
-    spdlog::warn("sched_ext: this kernel does not pass cgroups to sched_ext schedulers ({}): "
-                 "cpu.weight and cpu.max do not apply to the tasks it schedules",
-                 group_sched && !*group_sched ? "no CONFIG_EXT_GROUP_SCHED" : "no cgroup ops");
+    spdlog::warn(
+        "sched_ext: this kernel does not pass cgroups to sched_ext schedulers ({}): "
+        "cpu.weight and cpu.max do not apply to the tasks it schedules",
+        group_sched && !*group_sched ? "no CONFIG_EXT_GROUP_SCHED" : "no cgroup ops");
   } else {
-    spdlog::warn("sched_ext: this kernel does not pass cpu.max to sched_ext schedulers "
-                 "(ops.cgroup_set_bandwidth came in Linux 6.17): cpu.weight is honoured, "
-                 "cpu.max is not");
+    spdlog::warn(
+        "sched_ext: this kernel does not pass cpu.max to sched_ext schedulers "
+        "(ops.cgroup_set_bandwidth came in Linux 6.17): cpu.weight is honoured, "
+        "cpu.max is not");
   }
   if (options.partial) return {};
   auto limited = find_cpu_max_quota(options.sys_root / "fs/cgroup");
   if (!limited) return {};
   if (options.allow_unenforced_cpu_max) {
-    spdlog::warn("sched_ext: cgroup {} has a cpu.max quota that will not apply while this "
-                 "scheduler runs (allowed by [sched_ext] allow_unenforced_cpu_max)",
-                 *limited);
+    spdlog::warn(
+        "sched_ext: cgroup {} has a cpu.max quota that will not apply while this "
+        "scheduler runs (allowed by [sched_ext] allow_unenforced_cpu_max)",
+        *limited);
     return {};
   }
   return Error(ENOTSUP, "cgroup " + *limited +
@@ -193,9 +196,8 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   if (possible <= 0) return Error(-possible, "loading the sched_ext scheduler: no possible CPUs");
   auto nr_cpus = static_cast<std::uint32_t>(possible);
   std::uint32_t nr_nodes = 1;
-  auto nodes =
-      read_cpu_nodes(options.sys_root, options.proc_root,
-                     std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
+  auto nodes = read_cpu_nodes(options.sys_root, options.proc_root,
+                              std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
 
   zernel_scx_open_opts opts{};
   opts.nr_cpus = nr_cpus;
@@ -379,8 +381,10 @@ Result<void> ScxBackend::apply(std::span<const policy::Decision> decisions) {
     // rewrites them.
     for (auto k : keys) written_.erase(k);
     if (r.error().code() == E2BIG || r.error().code() == ENOSPC) {
-      return r.error().context("the decision map is full (" + std::to_string(ZERNEL_MAX_TASKS) +
-                               " processes)");
+      const std::uint32_t size =
+          options_.max_tasks != 0 ? options_.max_tasks : std::uint32_t{ZERNEL_MAX_TASKS};
+      return r.error().context("the decision map is full (" + std::to_string(size) +
+                               " processes, [general] max_tracked_tasks)");
     }
     return r;
   }
@@ -448,9 +452,12 @@ Backend::Retry ScxBackend::retry_after_failure() {
   const auto exit = exit_info();
   if (!exit) return Retry::no;
   switch (restart_advice(exit->kind, exit->code)) {
-    case RestartAdvice::restart: return Retry::now;
-    case RestartAdvice::restart_with_backoff: return Retry::with_backoff;
-    case RestartAdvice::none: break;
+    case RestartAdvice::restart:
+      return Retry::now;
+    case RestartAdvice::restart_with_backoff:
+      return Retry::with_backoff;
+    case RestartAdvice::none:
+      break;
   }
   return Retry::no;
 }

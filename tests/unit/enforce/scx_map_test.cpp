@@ -265,6 +265,31 @@ TEST(ScxBackend, create_refuses_when_another_scheduler_is_loaded) {
   EXPECT_NE(b.error().message().find("rusty"), std::string::npos);
 }
 
+TEST(ScxBackend, reads_a_boolean_option_from_a_kernel_config) {
+  FakeSys sys;
+  sys.write("config-y", "CONFIG_A=y\nCONFIG_EXT_GROUP_SCHED=y\n");
+  sys.write("config-n", "# CONFIG_EXT_GROUP_SCHED is not set\nCONFIG_EXT_GROUP_SCHED_X=y\n");
+  EXPECT_EQ(read_config_bool(sys.dir() / "config-y", "EXT_GROUP_SCHED"), true);
+  EXPECT_EQ(read_config_bool(sys.dir() / "config-n", "EXT_GROUP_SCHED"), false);
+  EXPECT_EQ(read_config_bool(sys.dir() / "missing", "EXT_GROUP_SCHED"), std::nullopt);
+}
+
+TEST(ScxBackend, finds_the_first_cgroup_with_a_cpu_max_quota) {
+  FakeSys sys;
+  sys.write("cg/cgroup.controllers", "cpu memory\n");
+  sys.write("cg/cpu.max", "max 100000\n");
+  sys.write("cg/system.slice/cpu.max", "max 100000\n");
+  sys.write("cg/system.slice/a.service/cpu.max", "max 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg"), std::nullopt);
+  sys.write("cg/kubepods.slice/pod1/cpu.max", "200000 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg"), std::optional<std::string>("kubepods.slice/pod1"));
+  // Not a cgroup v2 tree: nothing to say.
+  sys.write("v1/cpu.max", "20000 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "v1"), std::nullopt);
+  // The directory cap bounds the walk.
+  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg", 1), std::nullopt);
+}
+
 TEST(ScxBackend, reads_the_tick_rate_from_a_kernel_config) {
   FakeSys sys;
   sys.write("config-a", "# comment\nCONFIG_HZ_250=y\nCONFIG_HZ=250\nCONFIG_X=1\n");
