@@ -45,8 +45,10 @@ wait_state() {
   done
   echo $((($(uptime_cs) - t0) * 10))
 }
-# ticks PID: utime + stime in clock ticks (USER_HZ = 100).
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# ticks PID: CPU time in 10 ms units, from the scheduler's own run time (/proc/PID/schedstat,
+# ns; utime + stime are sampled at ticks and, with more vCPUs than host cores, add up to more
+# than the wall time).
+ticks() { awk '{ printf "%d\n", $1 / 10000000 }' "/proc/$1/schedstat"; }
 sched_field() { awk -v f="$2" '$1 == f { print $3 }' "/proc/$1/sched"; }
 # start_driver ARGS...: runs $DRIVER (zernel-scx-driver) in the background ($drv), output in /tmp/drv.*,
 # and waits for the scheduler to be enabled.
