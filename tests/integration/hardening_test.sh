@@ -174,8 +174,8 @@ sleep 60 &
 victim=$!
 pids+=("$victim")
 start=$(awk '{ print $22 }' "/proc/$victim/stat")
-printf 'zernel-userspace-journal 2\nowner 4000000 1\nprocess %s %s -15 0 -\nend\n' "$victim" "$start" \
-  > "$ZERNEL_USERSPACE_JOURNAL"
+printf 'zernel-userspace-journal 2\nowner 4000000 1\nprocess %s %s -15 0 -\nthread %s %s -15 0\nend\n' \
+  "$victim" "$start" "$victim" "$start" > "$ZERNEL_USERSPACE_JOURNAL"
 chown 65534:65534 "$ZERNEL_USERSPACE_JOURNAL"
 chmod 0666 "$ZERNEL_USERSPACE_JOURNAL"
 # ---- and a symlink planted at the settings journal's old temporary name ----
@@ -185,8 +185,8 @@ ln -s "$tmp/victim.txt" "$ZERNEL_SETTINGS_JOURNAL.tmp"
 start_daemon "$tmp/d2.log" || fail "daemon 2 did not start: $(tail -3 "$tmp/d2.log")"
 check "the forged userspace journal is refused with the reason" \
   "grep -qE 'userspace journal: .*(owned by uid 65534|writable by others)' $tmp/d2.log"
-check "the process it names keeps nice 0 (got $(ps -o ni= -p "$victim" | tr -d ' '))" \
-  "[[ \$(ps -o ni= -p $victim | tr -d ' ') == 0 ]]"
+check "the process it names keeps nice 0 and its CPUs (got $(ps -o ni= -p "$victim" | tr -d ' '))" \
+  "[[ \$(ps -o ni= -p $victim | tr -d ' ') == 0 && \$(taskset -pc $victim | awk '{print \$NF}') == \$(taskset -pc \$\$ | awk '{print \$NF}') ]]"
 check "the symlink's target is not clobbered" "[[ \$(cat $tmp/victim.txt) == precious ]]"
 
 # ---- kernel.task_delayacct shared by two daemons with different journals ----
