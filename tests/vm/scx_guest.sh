@@ -491,8 +491,10 @@ share_late() {
   t0=$(ticks $duty); sleep 2; t1=$(ticks $duty); sleep 8; t2=$(ticks $duty)
   msg="late arrival: the duty thread ran $((t1 - t0)) ticks in the 2 s after 4 hogs came,"
   msg="$msg $((t2 - t1)) in the 8 s after"
-  # Its fair share is 2/5 of 2 CPUs, more than the 50 % of one it asks for: at least a quarter.
-  if [ $((t1 - t0)) -ge 25 ] && [ $((t2 - t1)) -ge 100 ]; then ok "$msg"; else bad "$msg"; fi
+  # Its group (the root's own threads) is owed half the machine, more than the half CPU it asks
+  # for; without wakeup preemption it waits for a hog's slice to end at each wakeup, so it gets
+  # 10-25 % of a CPU (EEVDF, which preempts: 30-35 %). Starved, as in the issue, it got 0 and 4.
+  if [ $((t1 - t0)) -ge 10 ] && [ $((t2 - t1)) -ge 60 ]; then ok "$msg"; else bad "$msg"; fi
   stop_all late
 }
 
