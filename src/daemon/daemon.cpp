@@ -128,9 +128,10 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   if (!d->opts_.phase_log_path.empty()) {
     if (auto r = d->phase_log_.open(d->opts_.phase_log_path); !r) return r.error();
   }
+  // common/fd_budget.hpp: the whole limit for the daemon (the signal sampler keeps up to half
+  // of it open), connections a bounded share.
+  const std::uint64_t nofile = raise_nofile_limit();
   if (d->opts_.serve_http) {
-    // common/fd_budget.hpp: connections get a bounded share of the descriptors.
-    const std::uint64_t nofile = raise_nofile_limit();
     const FdBudget budget = fd_budget(nofile);
     telemetry::HttpLimits limits;
     limits.max_connections = budget.http_connections;

@@ -625,11 +625,11 @@ void HttpServer::Loop::close_conn(int fd, std::optional<HttpClose> why) {
     per_peer_.erase(p);
   }
   ::epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
+  conns_.erase(it);
+  open.store(conns_.size());  // before the close: a client that sees it closed sees the count
   // Unread input would turn close() into a reset that can destroy a response still in flight;
   // a final response is out (or abandoned), so a reset is acceptable here.
   ::close(fd);
-  conns_.erase(it);
-  open.store(conns_.size());
 }
 
 void HttpServer::Loop::sweep(std::uint64_t now) {
