@@ -1,6 +1,7 @@
 #include "telemetry/phase_log.hpp"
 
 #include <fcntl.h>
+#include <cerrno>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -12,8 +13,14 @@ PhaseLog::~PhaseLog() {
 }
 
 Result<void> PhaseLog::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("opening phase log " + path);
+  // Non-blocking: a FIFO at the path (with no reader, or one that stops reading) must cost
+  // dropped lines (counted), never a hung scheduling loop. Regular files are unaffected.
+  const int fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd < 0) {
+    if (errno == ENXIO) return Error(ENXIO, "opening phase log " + path + ": a FIFO no one reads");
+    return errno_error("opening phase log " + path);
+  }
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
   return Ok{};
