@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The protection benchmark in the VM, under sched_ext (bench/protection.sh is the host's, with the
+# userspace backend). One boot, three arms, each a run of zernel-workload on the emulated GPU:
+#   solo     the job alone
+#   stock    the job in cgroup z_job, CPU hogs (`zernel-workload noise`, 2 x CPUs threads) in
+#            cgroup z_noise, both cpu.weight 100: the default scheduler (EEVDF)
+#   zernel   the same, with `zernel-scheduler --backend sched_ext --emulated-gpu` running
+# The hogs sit in another cgroup than the job with the same cpu.weight: the case per-thread nice
+# cannot reach (cgroups share first), so what the job keeps there comes from the scheduler's
+# order inside the job's half (phase priorities, preemption, latency targets).
+# Arms are interleaved, --reps times (rep r rotates the order by r). Per arm it prints the median
+# steps/s, step p50 and p99 (warm-up steps left out) and steps/s relative to solo; last, one JSON
+# line.
+#
+#   bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']
+#
+# Needs the build (ZERNEL_BUILD_DIR, default build/) with -DZERNEL_BPF=ON. docs/benchmarks.md has
+# the figures.
+set -euo pipefail
+here=$(dirname "$(realpath "$0")")
+repo=$(realpath "$here/../..")
+build=$(realpath -m "${ZERNEL_BUILD_DIR:-$repo/build}")
+reps=3 steps=120 warmup=20
+job_args="--ranks 1 --workers 2 --data-ms 35 --gpu-ms 40 --nccl-ms 5 --optimizer-ms 5 --batch-kib 128"
+while [ $# -gt 0 ]; do
+  case $1 in
+    --reps) reps=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup-steps) warmup=$2; shift 2 ;;
+    --job-args) job_args=$2; shift 2 ;;
+    *) echo "usage: bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']" >&2
+       exit 2 ;;
+  esac
+done
+guest=$(mktemp --suffix=.sh)
+trap 'rm -f "$guest"' EXIT
+cat > "$guest" <<GUEST
+#!/bin/sh
+reps=$reps steps=$steps warmup=$warmup job_args="$job_args"
+GUEST
+cat >> "$guest" <<'GUEST'
+CG=/sys/fs/cgroup
+mkdir -p $CG/z_job $CG/z_noise
+export TMPDIR=/tmp
+printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/z.toml
+num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
+# run ARM REP: one run of the job; its summary in /tmp/ARM.REP.json
+run() {
+  arm=$1 rep=$2 hogs='' d=''
+  if [ "$arm" = zernel ]; then
+    zernel-scheduler --config /tmp/z.toml --backend sched_ext --emulated-gpu \
+      --control-socket '' > /tmp/daemon.$rep.log 2>&1 &
+    d=$!
+    while [ "$(cat /sys/kernel/sched_ext/state)" != enabled ]; do usleep 100000; done
+  fi
+  if [ "$arm" != solo ]; then
+    sh -c "echo \$\$ > $CG/z_noise/cgroup.procs && exec zernel-workload noise --threads 4" \
+      > /dev/null 2>&1 &
+    hogs=$!
+    usleep 500000
+  fi
+  sh -c "echo \$\$ > $CG/z_job/cgroup.procs && exec zernel-workload --emulated-gpu \
+    --steps $steps --warmup-steps $warmup $job_args" > /tmp/$arm.$rep.json 2> /tmp/$arm.$rep.err
+  [ -n "$hogs" ] && { kill $hogs; wait $hogs 2> /dev/null; }
+  [ -n "$d" ] && { kill $d; wait $d; }
+  echo "@@ run $arm rep $rep: $(tail -n 1 /tmp/$arm.$rep.json)"
+}
+rep=1
+while [ $rep -le $reps ]; do
+  case $((rep % 3)) in
+    1) order="solo stock zernel" ;;
+    2) order="stock zernel solo" ;;
+    0) order="zernel solo stock" ;;
+  esac
+  for arm in $order; do run $arm $rep; done
+  rep=$((rep + 1))
+done
+# median ARM FIELD
+median() {
+  for r in $(seq $reps); do num "$2" /tmp/$1.$r.json; done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+solo=$(median solo steps_per_s)
+for arm in solo stock zernel; do
+  s=$(median $arm steps_per_s); p50=$(median $arm step_p50_ms); p99=$(median $arm step_p99_ms)
+  rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
+  echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99"
+  json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,\"step_p99_ms\":$p99},"
+done
+echo "@@ {${json%,}}"
+GUEST
+"$repo/tests/vm/run-in-vm.sh" --add "$guest" --add "$build/lib" -- sh "$guest" | grep '^@@'
