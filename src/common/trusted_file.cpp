@@ -18,7 +18,8 @@ std::int64_t mtime_ns(const struct stat& st) {
 }
 
 // Owner root, or the daemon's own uid (an unprivileged daemon's private files); no write bit for
-// group or others.
+// others, nor for a group other than root's (or the daemon's own): a checkout made under umask
+// 002 is root:root 0664, writable by nobody but root.
 Result<void> check_owner_and_mode(const std::string& path, const struct stat& st, bool dir) {
   const uid_t me = ::geteuid();
   if (st.st_uid != 0 && st.st_uid != me) {
@@ -26,7 +27,8 @@ Result<void> check_owner_and_mode(const std::string& path, const struct stat& st
                                     "files are trusted: chown root {})",
                                     path, st.st_uid, me == 0 ? "" : " or this user", path));
   }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+  const bool group_writes = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != ::getegid();
+  if ((st.st_mode & S_IWOTH) != 0 || group_writes) {
     return Error(EPERM, fmt::format("{}: writable by {} (mode {:04o}); refused (another user could "
                                     "change what the daemon {}: chmod go-w {})",
                                     path, (st.st_mode & S_IWOTH) != 0 ? "others" : "its group",

@@ -120,3 +120,22 @@ TEST(TrustedFile, a_config_that_is_a_fifo_or_world_writable_is_a_clear_error) {
 
 }  // namespace
 }  // namespace zernel
+
+namespace zernel {
+namespace {
+
+TEST(TrustedFile, group_write_counts_only_for_a_group_other_than_roots) {
+  if (::geteuid() != 0) GTEST_SKIP() << "chgrp to another group needs root";
+  test_support::TempTree t;
+  t.write("c", "x");
+  ::chmod(t.path("c").c_str(), 0664);
+  ASSERT_EQ(::chown(t.path("c").c_str(), 0, 0), 0);
+  EXPECT_TRUE(read_trusted_file(t.path("c").string(), 1024).ok());  // a umask-002 checkout
+  ASSERT_EQ(::chown(t.path("c").c_str(), 0, 65534), 0);
+  auto r = read_trusted_file(t.path("c").string(), 1024);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message().find("writable by its group"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace zernel
