@@ -72,10 +72,18 @@ echo "@@ /job1 cpu.weight: $w0 before, $w1 with the daemon (tenant big: $want)"
   || bad "/job1 cpu.weight '$w1', want the tenant's '$want'"
 grep -q "pid $job (tenant weight [0-9]*): cpu.weight [0-9]* on its cgroup /job1" /tmp/d.log \
   && ok "the daemon says /job1 carries the tenant" || bad "no log line for pid $job's share"
-# The cgroup-matched process, polled 20 times, and the job's group at each poll.
+# The cgroup-matched process, polled 20 times from the tick that first shows it in its tenant
+# (discovery finds it at a tick, up to a GPU poll after it moved to /job2), and the job's group
+# at each poll.
+tenant_of_m() {
+  zernel-scheduler status --json --socket /tmp/z.sock | grep -A3 "\"pid\": $m," |
+    sed -n 's/.*"tenant": "\{0,1\}\([^",]*\)"\{0,1\},*/\1/p'
+}
+i=0
+while [ "$(tenant_of_m)" != byjob ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 seen=""; away=0
 for i in $(seq 20); do
-  t=$(zernel-scheduler status --json --socket /tmp/z.sock | grep -A3 "\"pid\": $m," | sed -n 's/.*"tenant": "\{0,1\}\([^",]*\)"\{0,1\},*/\1/p')
+  t=$(tenant_of_m)
   seen="$seen ${t:-absent}"
   [ "$(sed -n 's/^0:://p' /proc/$job/cgroup)" = /job1 ] || away=$((away + 1))
   [ "$(sed -n 's/^0:://p' /proc/$m/cgroup)" = /job2 ] || away=$((away + 1))
