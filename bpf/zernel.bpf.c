@@ -217,6 +217,9 @@
  * - An activation and a deactivation of the same node racing through the levels: counts commute
  *   under tree_lock, so the tree ends right; a concurrent hshare computation may cache a value
  *   of the moment between, until tree_gen moves again.
+ * - ops.cgroup_exit deletes the cgroup's node; its tasks have left sched_ext by then (ops.disable
+ *   takes each out of its node's load), so the node is inactive. Were one still counted, its
+ *   weight would stay in the parent's sum: the siblings' shares a little low, never starved.
  * - Quota bookkeeping (bw_used) is atomic, the period start and throttled flag are not: a
  *   refill racing with a charge may thaw a cgroup one 5 ms timer tick early or late.
  */
