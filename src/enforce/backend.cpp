@@ -37,7 +37,7 @@ std::unique_ptr<Backend> userspace_or_observe() {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
-                                              const BackendSettings& settings) {
+                                              [[maybe_unused]] const BackendSettings& settings) {
   if (kind == "observe") return observe();
   if (kind == "userspace") return userspace_backend();
   if (kind == "sched_ext" || kind == "auto") {
