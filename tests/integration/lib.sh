@@ -1,7 +1,7 @@
 # Sourced by every integration test (tests/integration/*_test.sh), right after `set -uo pipefail`:
 #   . "$(dirname "$0")/lib.sh"
 # Gives BIN (the build's bin/, from ctest's ZERNEL_BIN), SRC (the source tree, ZERNEL_SOURCE_DIR),
-# the pass/fail counters, check, skip and summary.
+# the pass/fail counters, check, skip, summary, wait_for and find_cpu_cgroup.
 BIN=${ZERNEL_BIN:-build/bin}
 SRC=${ZERNEL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 failures=0
@@ -26,4 +26,35 @@ skip() {
 need_emulated_gpu() {
   [[ -x $BIN/zernel-workload && -f $BIN/../lib/fake/libnvidia-ml.so.1 &&
     -f $BIN/../lib/fake/libcuda.so.1 ]] || skip "zernel-workload or the emulated GPU is not built"
+}
+# wait_for SECONDS CONDITION...: polls the eval'ed CONDITION every 0.1 s for up to SECONDS.
+wait_for() {
+  local limit=$1
+  shift
+  for _ in $(seq $((limit * 10))); do
+    eval "$*" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# find_cpu_cgroup: the cpu hierarchy, as the userspace backend finds it: cgroup2 with the cpu
+# controller, else v1 "cpu". Sets cgdir (its mount), cgver (v2 or v1) and weight_file
+# (cpu.weight or cpu.shares); skips the test when no cpu hierarchy is mounted.
+find_cpu_cgroup() {
+  local mnt rest fstype
+  cgdir="" cgver=""
+  while read -r _ _ _ _ mnt _ rest; do
+    fstype=${rest#*- }
+    fstype=${fstype%% *}
+    if [[ $fstype == cgroup2 ]] && grep -qw cpu "$mnt/cgroup.controllers" 2>/dev/null; then
+      cgdir=$mnt cgver=v2
+      break
+    fi
+    if [[ $fstype == cgroup && -z $cgdir && ${rest##* } =~ (^|,)cpu(,|$) ]]; then
+      cgdir=$mnt cgver=v1
+    fi
+  done < /proc/self/mountinfo
+  [[ -n $cgdir ]] || skip "no cpu cgroup hierarchy is mounted"
+  weight_file=cpu.shares
+  [[ $cgver == v2 ]] && weight_file=cpu.weight
 }

@@ -35,34 +35,10 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-wait_for() {
-  local limit=$1
-  shift
-  for _ in $(seq $((limit * 10))); do
-    eval "$*" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 [[ $(id -u) -eq 0 ]] || skip "needs root (nice below 0, cgroups, the control socket)"
 command -v python3 > /dev/null || skip "needs python3 (the threaded test process)"
-# The cpu hierarchy, as the backend finds it: cgroup2 with the cpu controller, else v1 "cpu".
-cgver=""
-while read -r _ _ _ _ mnt _ rest; do
-  fstype=${rest#*- }
-  fstype=${fstype%% *}
-  if [[ $fstype == cgroup2 ]] && grep -qw cpu "$mnt/cgroup.controllers" 2>/dev/null; then
-    cgdir=$mnt cgver=v2
-    break
-  fi
-  if [[ $fstype == cgroup && -z $cgdir && ${rest##* } =~ (^|,)cpu(,|$) ]]; then
-    cgdir=$mnt cgver=v1
-  fi
-done < /proc/self/mountinfo
-[[ -n $cgdir ]] || skip "no cpu cgroup hierarchy is mounted"
-weight_file=cpu.shares
-[[ $cgver == v2 ]] && weight_file=cpu.weight
+find_cpu_cgroup
 grp="$cgdir/zernel-restore-test-$$"
 mkdir "$grp" 2>/dev/null || skip "cannot create a cgroup under $cgdir"
 [[ $cgver == v2 ]] && echo +cpu > "$grp/cgroup.subtree_control" 2>/dev/null

@@ -27,42 +27,14 @@ cleanup() {
   rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
 }
 trap cleanup EXIT
-# Polls a condition for up to $1 seconds.
-wait_for() {
-  local limit=$1
-  shift
-  for _ in $(seq $((limit * 10))); do
-    eval "$*" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 [[ $(id -u) -eq 0 ]] || skip "needs root (nice below 0, cgroups, the control socket)"
 need_emulated_gpu
-# The cpu hierarchy, as the backend finds it: cgroup2 with the cpu controller, else v1 "cpu".
-cgdir=""
-cgver=""
-while read -r _ _ _ _ mnt _ rest; do
-  fstype=${rest#*- }
-  fstype=${fstype%% *}
-  if [[ $fstype == cgroup2 ]] && grep -qw cpu "$mnt/cgroup.controllers" 2>/dev/null; then
-    cgdir=$mnt cgver=v2
-    break
-  fi
-  if [[ $fstype == cgroup && -z $cgdir && ${rest##* } =~ (^|,)cpu(,|$) ]]; then
-    cgdir=$mnt cgver=v1
-  fi
-done < /proc/self/mountinfo
-if [[ -z $cgdir ]]; then
-  skip "no cpu cgroup hierarchy is mounted"
-fi
+find_cpu_cgroup
 cpu_path() {  # the cpu cgroup path of pid $1
   if [[ $cgver == v2 ]]; then sed -n 's/^0:://p' "/proc/$1/cgroup"
   else awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$1/cgroup"; fi
 }
-weight_file=cpu.shares
-[[ $cgver == v2 ]] && weight_file=cpu.weight
 # Private groups the test places processes in, as an owner (systemd, kubelet) would.
 grp="$cgdir/zernel-us-test-$$"
 mkdir "$grp" 2>/dev/null || skip "cannot create a cgroup under $cgdir"

@@ -172,27 +172,11 @@ check_kill9() {
 }
 
 # share NAME WANT SECS PIDS_A -- PIDS_B: CPU ticks of group A vs group B over SECS seconds;
-# passes when A/B is within 15 % of WANT.
+# passes when A/B is within 15 % of WANT (an integer). ratio, below, does the work.
 share() {
   name=$1 want=$2 secs=$3
   shift 3
-  ga='' gb='' side=a
-  for p in "$@"; do
-    if [ "$p" = -- ]; then side=b; continue; fi
-    if [ $side = a ]; then ga="$ga $p"; else gb="$gb $p"; fi
-  done
-  sum() { s=0; for p in "$@"; do s=$((s + $(ticks "$p"))); done; echo $s; }
-  a0=$(sum $ga); b0=$(sum $gb)
-  sleep "$secs"
-  a1=$(sum $ga); b1=$(sum $gb)
-  da=$((a1 - a0)); db=$((b1 - b0))
-  # ratio * 100, and the 15 % band around want * 100
-  ratio=$((100 * da / (db > 0 ? db : 1)))
-  lo=$((want * 85)); hi=$((want * 115))
-  frac=$(printf %02d $((ratio % 100)))
-  msg="$name: A ${da} ticks, B ${db} ticks in ${secs}s, ratio $((ratio / 100)).$frac"
-  msg="$msg (want $want +-15%)"
-  if [ "$ratio" -ge "$lo" ] && [ "$ratio" -le "$hi" ]; then ok "$msg"; else bad "$msg"; fi
+  ratio "$name" $((want * 100)) 15 "$secs" "$@"
 }
 
 check_weights() {
