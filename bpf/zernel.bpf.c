@@ -729,16 +729,20 @@ static u64 task_share(struct task_struct *p, struct task_ctx *tctx)
 
 	if (!n)
 		return FP_ONE;
-	hs = id ? zernel_node_hshare(id) : FP_ONE;
+	/* The cache is read here: the walk (a second lookup of the node) only when it is stale. */
+	hs = FP_ONE;
+	if (id)
+		hs = n->hgen == tree_gen ? n->hshare : zernel_node_hshare(id);
 	/* cpu.max follows the cgroup, also for a tenant's thread. */
 	tctx->limited = 0;
 	if (bw_nr && tctx->cgid) {
-		struct znode *cn;
+		struct znode *cn = node_get(tctx->cgid);
 
-		zernel_node_hshare(tctx->cgid);
-		cn = node_get(tctx->cgid);
-		if (cn)
+		if (cn) {
+			if (cn->hgen != tree_gen)
+				zernel_node_hshare(tctx->cgid);
 			tctx->limited = (u8)cn->limited;
+		}
 	}
 	/* Its weight among its node's own threads, times their group's among the node's children. */
 	own = (u64)n->own_w;
