@@ -17,6 +17,27 @@
 
 namespace zernel::daemon {
 
+#ifdef ZERNEL_HAVE_PROBES
+namespace {
+
+collect::SyncState sync_state(const collect::ProbeSample& p, bool runnable,
+                              std::optional<std::uint32_t> nvml_util) {
+  collect::SyncState st;
+  st.in_sync = p.in_sync;
+  st.in_sync_since_ns = p.in_sync_since_ns;
+  st.last_return_ns = p.last_sync_return_ns;
+  st.burst_since_return_ns = p.cpu_burst_ns;
+  st.last_burst_ns = p.last_burst_ns;
+  st.sync_time_delta_ns = p.sync_time_delta_ns;
+  st.interval_ns = p.interval_ns;
+  st.runnable = runnable;
+  st.nvml_util_pct = nvml_util;
+  return st;
+}
+
+}  // namespace
+#endif
+
 bool Daemon::new_process_appeared() {
   bool found = false;
   auto consider = [&](std::uint32_t pid) {
@@ -288,19 +309,10 @@ void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] c
   if (!sample) return;
   const collect::ProbeSample& p = *sample;
   main_futex_wait_ns = p.main_futex_wait_ns;
-  collect::SyncState st;
-  st.in_sync = p.in_sync;
-  st.in_sync_since_ns = p.in_sync_since_ns;
-  st.last_return_ns = p.last_sync_return_ns;
-  st.burst_since_return_ns = p.cpu_burst_ns;
-  st.last_burst_ns = p.last_burst_ns;
-  st.sync_time_delta_ns = p.sync_time_delta_ns;
-  st.interval_ns = p.interval_ns;
-  st.runnable = runnable;
-  st.nvml_util_pct = nvml_util;
   // The probes' stamps are real CLOCK_MONOTONIC times, and the tick may run late: compare with
   // the time of this read, not the tick's deadline.
-  const collect::SyncSignals sig = collect::sync_signals(st, monotonic_now_ns(), tick_ns_);
+  const collect::SyncSignals sig =
+      collect::sync_signals(sync_state(p, runnable, nvml_util), monotonic_now_ns(), tick_ns_);
   u.cpu_burst_duration_ns = sig.cpu_burst_ns;
   if (sig.wait_blocks) u.gpu_wait_blocks = *sig.wait_blocks;
   if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
