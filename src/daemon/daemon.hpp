@@ -7,8 +7,14 @@
 //   4. committed phase changes to --phase-log; a snapshot for /metrics and /status
 // Shutdown on SIGINT/SIGTERM (the stop fd): the backend restores what it changed, delay
 // accounting is restored, the HTTP server stops.
-// Run-time control (daemon/control.hpp): requests on the control socket and SIGHUP (the reload
-// fd) are served on this same loop thread between ticks, so the engine stays single-threaded.
+//
+// The Daemon orchestrates; the parts live in their own files:
+//   daemon.cpp               start-up wiring, the loop and its wake-ups, decide, publish, stop
+//   daemon_sampling.cpp      steps 1 and 2: collectors -> task updates
+//   backend_supervisor.hpp   step 3's backend: ejection, restart with backoff, fallback, restore
+//   runtime_control.hpp      control-socket requests (daemon/control.hpp) and SIGHUP's reload,
+//                            served on this same loop thread between ticks, so the engine stays
+//                            single-threaded
 
 #include <cstdint>
 #include <map>
@@ -29,9 +35,13 @@
 #endif
 #include "common/result.hpp"
 #include "config/config.hpp"
+#include "daemon/backend_supervisor.hpp"
 #include "daemon/control.hpp"
+#include "daemon/runtime_control.hpp"
+#include "daemon/ticker.hpp"
 #include "enforce/backend.hpp"
 #include "enforce/power.hpp"
+#include "enforce/settings_journal.hpp"
 #include "policy/engine.hpp"
 #include "telemetry/http_server.hpp"
 #include "telemetry/phase_log.hpp"
@@ -58,6 +68,14 @@ struct DaemonOptions {
   bool control_socket_required = true;
 };
 
+// How often the loop does each part of its work, from [general] and [telemetry].
+struct Cadence {
+  std::uint64_t period_ns = 100'000'000;  // phase_eval_interval_ms: one tick
+  std::uint64_t poll_every = 5;           // ticks between discovery scans and power updates
+  std::uint64_t publish_every = 10;       // ticks between snapshots for /metrics and /status
+};
+Cadence cadence_of(const config::Config& cfg);
+
 struct DaemonStats {
   std::uint64_t ticks = 0;
   std::uint64_t skipped_ticks = 0;
@@ -67,10 +85,10 @@ struct DaemonStats {
   std::uint64_t total_tick_ns = 0;
 };
 
-class Daemon {
+class Daemon final : private ControlHost {
  public:
   static Result<std::unique_ptr<Daemon>> create(DaemonOptions opts);
-  ~Daemon();
+  ~Daemon() override;
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
@@ -79,12 +97,6 @@ class Daemon {
   // failure.
   Result<void> run(int stop_fd, int reload_fd = -1);
 
-  // Re-reads opts.config_path and applies what can change at run time (tenants and their match
-  // rules, log_level); other changed settings are logged as needing a restart. An invalid file
-  // changes nothing and is the error.
-  Result<void> reload_config();
-  // Runs one control request on the calling (loop) thread; the reply has "ok".
-  nlohmann::json handle_control(const ControlRequest& req);
   [[nodiscard]] const config::Config& config() const { return opts_.config; }
 
   [[nodiscard]] const DaemonStats& stats() const { return stats_; }
@@ -92,34 +104,44 @@ class Daemon {
 
  private:
   explicit Daemon(DaemonOptions opts, policy::Topology topo);
+  // Start-up, in this order (create).
+  Result<void> start();
+  void start_runtime_control();
+  void open_nvml();
+  void open_probes();
+  Result<void> open_http();
+  Result<void> open_control_socket();
+  Result<void> open_machine_settings();
+  void enable_delay_accounting(const std::shared_ptr<enforce::SettingsJournal>& journal);
   void poll_processes(std::uint64_t now_ns);
   // Between scans: a process NVML lists, or a child of a GPU owner's main thread, that is not
   // tracked (nor already reported since the last scan) means a new job process: scan now.
   bool new_process_appeared();
+  void read_nvml_processes();
+  void track_discovered(const collect::DiscoveredProcess& p, std::uint64_t now_ns);
+  void mark_worker_owners(const collect::DiscoveryResult& scan);
   void refresh_gpu_utilization();
   void sample_signals(std::uint64_t now_ns);
+  bool is_another_process(const collect::ProcessSignals& s);
   void decide(std::uint64_t now_ns);
-  void handle_backend_failure(std::uint64_t now_ns);
-  void maybe_restart_backend(std::uint64_t now_ns);
-  [[nodiscard]] enforce::BackendSettings backend_settings() const {
-    return {opts_.config.general.max_tracked_tasks,
-            opts_.config.sched_ext.allow_unenforced_cpu_max};
-  }
-  static constexpr std::uint32_t kMaxBackendRestarts = 5;
-  std::string failed_backend_;       // the backend to load again
-  std::uint64_t restart_at_ns_ = 0;  // 0: no restart pending
-  std::uint32_t backend_restarts_ = 0;
   std::optional<float> worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   void drop(std::uint32_t pid);
   void shutdown();
-  void service_wakeup(int stop_fd, int reload_fd);
-  nlohmann::json tenant_list_json() const;
-  Result<void> apply_tenants(std::vector<config::TenantConfig> next);
+  void service_wakeup(int reload_fd);
+  void tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence);
+  void stop_loop();
+  // The engine's state with what the daemon knows of each task (comm, backend's tenant note).
+  telemetry::Snapshot snapshot(std::uint64_t now_ns);
+  // ControlHost: what runtime control asks of the daemon.
+  std::optional<LiveProcess> live_process(std::uint32_t pid) override;
+  void drop_if_replaced(std::uint32_t pid, std::uint64_t starttime_ticks) override;
+  void track_assigned(std::uint32_t pid, std::uint64_t starttime_ticks) override;
+  telemetry::Snapshot status_snapshot() override;
 
   DaemonOptions opts_;
   policy::Engine engine_;
-  std::unique_ptr<enforce::Backend> backend_;
+  BackendSupervisor backend_;
   std::unique_ptr<collect::Nvml> nvml_;
   std::unique_ptr<enforce::PowerManager> power_;  // after nvml_: destroyed (restoring) first
   telemetry::LatencyHistogram decision_latency_;
@@ -137,7 +159,7 @@ class Daemon {
   telemetry::SnapshotStore store_;
   std::unique_ptr<telemetry::HttpServer> http_;
   std::unique_ptr<ControlServer> control_;
-  std::unordered_set<std::string> runtime_tenants_;  // added by `tenant add`, kept on reload
+  std::unique_ptr<RuntimeControl> runtime_;  // control requests and SIGHUP
 
   struct Tracked {
     std::string comm;
@@ -157,6 +179,19 @@ class Daemon {
   void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, bool runnable,
                     std::optional<std::uint32_t> nvml_util, policy::TaskUpdate& u,
                     std::uint64_t& main_futex_wait_ns);
+  // GPU utilisation of a process this tick: `measured` when NVML gave per-process figures.
+  struct GpuUtil {
+    std::uint32_t pct = 0;
+    bool measured = false;
+  };
+  [[nodiscard]] GpuUtil gpu_utilization_of(std::uint32_t pid, const Tracked& t) const;
+  policy::TaskUpdate task_update(const collect::ProcessSignals& s, std::uint64_t now_ns);
+  void set_cpu_fraction(const collect::ProcessSignals& s, std::uint64_t now_ns,
+                        policy::TaskUpdate& u);
+  void apply_main_thread_wait(std::uint32_t pid, const Tracked& t,
+                              std::uint64_t main_futex_wait_ns, policy::TaskUpdate& u);
+  static void trace_update(const collect::ProcessSignals& s, const Tracked& t,
+                           const policy::TaskUpdate& u);
   std::unordered_map<std::uint32_t, Tracked> tracked_;
   std::vector<std::uint32_t> pids_;  // scratch
   std::vector<std::uint32_t> children_;  // scratch
@@ -169,9 +204,6 @@ class Daemon {
   bool proc_util_ok_ = false;  // every device answered the per-process query this tick
   std::vector<std::uint32_t> device_util_;                       // by device index
   std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
-  // pid 2 is kthreadd only in the initial pid namespace (our /proc's pid 1 has ppid 0 there
-  // and so does pid 2); in a container's namespace it is an ordinary process.
-  bool host_pid_namespace_ = true;
   bool warned_cap_ = false;
   bool warned_scan_ = false;
   DaemonStats stats_;

@@ -1,0 +1,104 @@
+#pragma once
+// Changes to the running daemon, made on its loop thread between ticks (the engine stays
+// single-threaded): the control socket's requests (daemon/control.hpp) and SIGHUP's reload of
+// the configuration file.
+//
+// Both change the engine's tenants and the daemon's configuration (its tenant list with the
+// match rules discovery reads, protected_comms, the default class, log_level) and nothing else.
+// A request or a reload that fails changes nothing: each is checked whole before any of it is
+// applied. Tenants added with `tenant add` are the "runtime" tenants: a reload keeps them unless
+// the file now defines their id.
+//
+// What the daemon itself must do for a request (read a process, track a process assigned to a
+// tenant, take a status snapshot) goes through ControlHost, so tests run the requests on a fake.
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "common/result.hpp"
+#include "config/config.hpp"
+#include "daemon/control.hpp"
+#include "policy/engine.hpp"
+#include "telemetry/snapshot.hpp"
+
+namespace zernel::daemon {
+
+// A live process as /proc/PID/stat shows it.
+struct LiveProcess {
+  std::uint32_t ppid = 0;
+  std::uint32_t flags = 0;  // PF_*
+  std::string comm;
+  std::uint64_t starttime_ticks = 0;  // with the pid, the process's identity
+};
+
+class ControlHost {
+ public:
+  virtual ~ControlHost() = default;
+  // The process with this pid; nullopt when there is none (or only its zombie).
+  virtual std::optional<LiveProcess> live_process(std::uint32_t pid) = 0;
+  // Before `tenant assign`: a tracked process with this pid but another start time is gone (a new
+  // one has the pid now): stop tracking it, so the new one does not inherit its state.
+  virtual void drop_if_replaced(std::uint32_t pid, std::uint64_t starttime_ticks) = 0;
+  // After `tenant assign`: the engine now tracks pid; sample it each tick and drop it when it
+  // exits (nothing to do when it is tracked already).
+  virtual void track_assigned(std::uint32_t pid, std::uint64_t starttime_ticks) = 0;
+  // The daemon's state now, as /status shows it.
+  virtual telemetry::Snapshot status_snapshot() = 0;
+};
+
+struct RuntimeControlOptions {
+  std::uint32_t self_pid = 0;      // refused by `tenant assign`
+  bool host_pid_namespace = true;  // see assign_refusal
+};
+
+class RuntimeControl {
+ public:
+  // `config` and `engine` are the running daemon's; both outlive this object.
+  RuntimeControl(config::Config& config, policy::Engine& engine, ControlHost& host,
+                 RuntimeControlOptions opts);
+
+  // Runs one control request; the reply has "ok" (and "error" when refused).
+  nlohmann::json handle(const ControlRequest& req);
+
+  // SIGHUP: re-reads `path` and applies it (reload()). An empty path, an unreadable or invalid
+  // file is the error and changes nothing.
+  Result<void> reload_file(const std::string& path, bool missing_ok);
+  // Applies what can change at run time from `next` (tenants and their match rules,
+  // protected_comms, default_priority_class, log_level), all or nothing; other changed settings
+  // are logged as taking effect only after a restart. `source` names the file in messages.
+  Result<void> reload(const config::Config& next, std::string_view source);
+
+  // The registered tenants as the control socket lists them.
+  [[nodiscard]] nlohmann::json tenant_list() const;
+  [[nodiscard]] const std::unordered_set<std::string>& runtime_tenants() const {
+    return runtime_tenants_;
+  }
+
+ private:
+  nlohmann::json tenant_add(const policy::TenantSpec& spec);
+  nlohmann::json tenant_remove(const std::string& id);
+  nlohmann::json tenant_assign(std::uint32_t pid, const std::string& tenant);
+  nlohmann::json status();
+  [[nodiscard]] std::vector<config::TenantConfig> tenants_after_reload(
+      const config::Config& next) const;
+  void apply_tenants(std::vector<config::TenantConfig> next);
+
+  config::Config& config_;
+  policy::Engine& engine_;
+  ControlHost& host_;
+  RuntimeControlOptions opts_;
+  std::unordered_set<std::string> runtime_tenants_;  // added by `tenant add`, kept on reload
+};
+
+// The settings that differ between `cur` and `next` and take effect only after a restart (fixed
+// when the engine, the loop and the HTTP server were built), named as in the file:
+// "[general] phase_eval_interval_ms", "[numa]", ...
+std::vector<std::string> settings_needing_restart(const config::Config& cur,
+                                                  const config::Config& next);
+
+}  // namespace zernel::daemon
