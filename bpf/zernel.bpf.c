@@ -68,6 +68,13 @@
  * of a group's keys (a CPU that cannot run the head of the queue takes a later task, whose key
  * then sets vtime_now), and lifting the group's keys there would shift shares.
  *
+ * A thread that keeps its CPU (keep_prev) has its credit bounded against its rival instead, the
+ * first queued task that may run on that CPU, when that rival may not run on every CPU: its
+ * vtime is at most one default slice of its own service behind the rival's. A thread whose share is more than the one CPU it can use (a
+ * tenant's lone busy thread) falls behind without end; unbounded, that credit would keep a
+ * thread that can only run on its CPU (a per-CPU kworker, a pinned worker) waiting for the
+ * starvation rescue. Bounded, the two share that CPU by their shares, as on a per-CPU run queue.
+ *
  * CPU.MAX. ops.cgroup_set_bandwidth (and cgroup_init) give each cgroup its quota and period.
  * Run time is charged to the quota of the thread's cgroup and of each ancestor with one (also
  * for a tenant's thread); a cgroup that spent its quota is throttled: its threads are parked in
@@ -97,8 +104,9 @@
  *
  * Dispatch. ops.dispatch runs before the kernel charges and re-queues the previous task, so a
  * plain "take the head of the queue" makes two busy tasks on one CPU alternate whatever their
- * weights. ops.dispatch therefore compares prev's key (charged up to now) with the head of the
- * queue and lets prev keep the CPU for another slice when it is not behind. A FIFO rescue DSQ
+ * weights. ops.dispatch therefore compares prev's key (charged up to now) with its rival, the
+ * first queued task that may run on this CPU (not the head: one pinned to another CPU is no
+ * rival), and lets prev keep the CPU for another slice when it is not behind. A FIFO rescue DSQ
  * (starvation bound, below) is served before both.
  *
  * Slices. A thread runs for its process's slice_ns (the phase's slice: 3 ms for an optimizer
@@ -192,11 +200,11 @@
  *   observes, then reloads).
  * - cpu.max: enforced at tick granularity with debt carried over; cpu.max.burst is ignored.
  * - The preemption victim search compares decision weights, not shares.
- * - Vtime is per thread: a group entitled to about as many CPUs as it has busy threads loses a
- *   slice whenever a waiting thread of another group has a smaller key, and cannot run it back
- *   (one CPU per thread). On 2 CPUs the splits are within 5 %; on 4 (emulated) cgroups 300:100
- *   with 3 busy threads each split 1.9:1. A vtime per group (scx_flatcg's cgroup vtime, the
- *   group picked first) is the way past it.
+ * - Vtime is per thread: a group entitled to exactly as many CPUs as it has busy threads keeps
+ *   them only while its threads' credit lasts; host noise on its CPUs wears a bounded credit
+ *   down, which is why the credit bound of keep_prev applies only against pinned rivals.
+ * - keep_prev looks at the first KEEP_SCAN (16) queued tasks for one that may run on its CPU;
+ *   with more tasks pinned elsewhere ahead of them, prev keeps the CPU for another slice.
  * - Victim search for preemption is O(nr_cpus) per preempting wakeup with no idle CPU.
  * - The starvation scan is O(queue length) every 100 ms.
  * - A task's first slice after a decision is written runs with the values of its last enqueue.
@@ -260,6 +268,7 @@ enum {
 	ZERNEL_DSQ_RESCUE = 1,		/* FIFO of starved tasks, served first */
 	ZERNEL_DSQ_THROTTLED = 2,	/* FIFO of tasks whose cgroup spent its cpu.max quota */
 	ZERNEL_USED_MAX_NS = 1000000000, /* a single charge covers at most 1 s of run time */
+	KEEP_SCAN = 16,			/* queued tasks keep_prev looks at for a rival */
 	ZERNEL_NO_PHASE = 0xFF,		/* task_ctx.phase of a thread with no decision */
 	ZERNEL_MAX_LEVELS = 12,		/* cgroup levels walked up; deeper ancestors are ignored */
 	ZERNEL_MAX_NODES_MAP = 65536,	/* cgroups + tenants + the root in the node map */
@@ -1197,17 +1206,46 @@ static __always_inline void account_run(struct task_struct *p, struct task_ctx *
 }
 
 /*
+ * prev's rival on cpu: the first queued task that may run there. Tasks that cannot (threads
+ * pinned to other CPUs) are not rivals: comparing with the head alone let such a task push prev
+ * off its CPU in favour of whatever came next, a thread with a later key, and a group entitled to
+ * one CPU per thread lost a slice each time (3 % to 10 % of its share on 4 CPUs). The walk stops
+ * after KEEP_SCAN tasks; none found by then counts as no rival. Sets its key and, for a rival
+ * that may not run on every CPU, its vtime (else 0: no credit bound, see keep_prev).
+ */
+static bool rival_of(s32 cpu, u64 *key, u64 *vtime)
+{
+	struct task_struct *p;
+	struct task_ctx *rc;
+	u32 n = 0;
+
+	bpf_for_each(scx_dsq, p, ZERNEL_DSQ_SHARED, 0) {
+		if (++n > KEEP_SCAN)
+			break;
+		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		*key = p->scx.dsq_vtime;
+		*vtime = 0;
+		if (p->nr_cpus_allowed < nr_cpus) {
+			rc = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+			*vtime = rc ? rc->pub.vtime : *key;
+		}
+		return true;
+	}
+	return false;
+}
+
+/*
  * ops.dispatch runs before the kernel puts prev back into the queue (ops.stopping and
  * ops.enqueue come after it), so a plain "move the head of the queue" would alternate prev with
  * the head whatever their vtimes. Instead prev, still runnable at the end of its slice, keeps
  * the CPU for another slice when its key (vtime charged up to now, plus its request) is not
- * behind the head of the queue.
+ * behind its rival's (rival_of), and its vtime is lifted to the credit bound below the rival's.
  */
 static bool keep_prev(struct task_struct *prev, s32 cpu)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
-	u64 now = now_ns(), key, share;
-	struct task_struct *head;
+	u64 now = now_ns(), key, share, req, rkey, rvtime, floor;
 	struct cpu_state *cs;
 
 	if (!tctx)
@@ -1217,15 +1255,28 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	if (task_throttled(tctx))
 		return false;
 	share = task_share(prev, tctx);
-	head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
-	if (head) {
-		/* A head that cannot run here is not our competitor: let move_to_local choose. */
-		if (!bpf_cpumask_test_cpu(cpu, head->cpus_ptr))
+	req = vscale(task_request(tctx), share);
+	key = tctx->pub.vtime + req;
+	if (rival_of(cpu, &rkey, &rvtime)) {
+		if (time_before(rkey, key))
 			return false;
+		/*
+		 * Credit bound while running, against a rival that may not run everywhere: prev's
+		 * vtime at most one default slice of its own service behind the rival's. A thread
+		 * with more share than its one CPU can use falls behind without end, and would
+		 * keep the CPU from a thread that can only run here (a per-CPU kworker, a pinned
+		 * worker) until the starvation rescue, 1 s. Vtimes, not keys: a key holds the
+		 * rival's request, ten slices of prev's service when prev's share is ten times the
+		 * rival's. Not against a rival that may run anywhere: another CPU takes it in key
+		 * order, and prev's credit is what keeps a group entitled to one CPU per thread on
+		 * its CPUs (bounded, the host's noise wore it down: 0.89 instead of 1.0).
+		 */
+		floor = rvtime - vscale(SLICE_DFL_NS, share);
+		if (rvtime && time_before(tctx->pub.vtime, floor)) {
+			tctx->pub.vtime = floor;
+			key = floor + req;
+		}
 	}
-	key = tctx->pub.vtime + vscale(task_request(tctx), share);
-	if (head && time_before(head->scx.dsq_vtime, key))
-		return false;
 	if (time_before(vtime_now, key))
 		vtime_now = key;
 	scx_bpf_task_set_slice(prev, tctx->slice);

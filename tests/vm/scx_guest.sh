@@ -429,7 +429,10 @@ ratio() {
   msg="$name: A ${da} ticks, B ${db} ticks in ${secs}s, median of 5 windows"
   msg="$msg $((got / 100)).$(printf %02d $((got % 100))) (windows x100:$rs)"
   msg="$msg (want $((want / 100)).$(printf %02d $((want % 100))) +-$tol%)"
-  if [ "$got" -ge "$lo" ] && [ "$got" -le "$hi" ]; then ok "$msg"; else bad "$msg"; fi
+  if [ "$got" -ge "$lo" ] && [ "$got" -le "$hi" ]; then ok "$msg"; return; fi
+  each=''
+  for p in $ga -- $gb; do [ "$p" = -- ] && each="$each |" || each="$each $(ticks "$p")"; done
+  bad "$msg; each process's ticks since it started:$each"
 }
 CG=/sys/fs/cgroup
 # ideal WA NA WB NB: the ideal ratio * 100 of two groups of weights WA and WB with NA and NB busy
@@ -502,10 +505,10 @@ share_cpumax() {
   cg z_free 100; hogs 1 z_free; free=$pids
   all="$lim $free"
   sleep 1
-  t0=$(ticks $lim); sleep "$secs"; t1=$(ticks $lim)
-  pct=$(((t1 - t0) * 100 / (secs * 100)))
-  msg="cpu.max 20000 100000: the limited hog ran $((t1 - t0)) ticks in ${secs}s = ${pct}% of a CPU"
-  if [ "$pct" -ge 17 ] && [ "$pct" -le 23 ]; then ok "$msg (want 20 +-3)"; else bad "$msg (want 20 +-3)"; fi
+  # Against the free hog's run time (a whole CPU), not the wall clock: the guest's run-time clock
+  # and its wall clock drift apart on a busy host, more with 4 vCPUs.
+  ratio "cpu.max 20000 100000: the limited hog vs a free one (a whole CPU)" 20 15 "$secs" \
+    $lim -- $free
   stop_all cpu.max
   r "cpu.max: $(json_num throttled) enqueues parked, $(json_num throttle_cut) slices cut"
 }
@@ -520,6 +523,40 @@ share_cgroups() {
   ratio "cgroups cpu.weight 300:100, 3 hogs each, $(nproc) CPUs" "$(ideal 300 3 100 3)" 5 "$secs" \
     $a -- $b
   stop_all cgroups
+}
+
+share_boundary() {
+  # 3b. Two cgroups of equal cpu.weight, one with a hog per half of the CPUs, the other with a
+  # hog per CPU: the first is entitled to exactly one CPU per hog, the boundary where a group
+  # that loses a slice cannot run it back (1:1).
+  start_driver || return
+  n=$(nproc)
+  cg z_half 100; hogs $((n / 2)) z_half; a=$pids
+  cg z_full 100; hogs "$n" z_full; b=$pids
+  all="$a $b"
+  sleep 1
+  ratio "cgroups of equal weight with $((n / 2)) and $n hogs, $n CPUs (one CPU per hog of the first)" \
+    "$(ideal 100 $((n / 2)) 100 "$n")" 5 "$secs" $a -- $b
+  stop_all boundary
+}
+
+share_pinned() {
+  # 3c. Two threads pinned to CPU 1, in cgroups of cpu.weight 1000 and 100: the first's share (a
+  # whole CPU and more) is more than it can use, so its vtime falls behind without end; the
+  # second must still get its part of CPU 1 (1000:100, as on a per-CPU run queue), not one
+  # slice per starvation rescue (1 s).
+  start_driver || return
+  cg z_big 1000
+  sh -c "echo \$\$ > $CG/z_big/cgroup.procs && exec taskset -c 1 zernel-scx-probe spin $hog_secs" &
+  a=$!
+  cg z_small 100
+  sh -c "echo \$\$ > $CG/z_small/cgroup.procs && exec taskset -c 1 zernel-scx-probe spin $hog_secs" &
+  b=$!
+  all="$a $b"
+  sleep 1
+  ratio "cgroups of cpu.weight 1000 and 100, a thread of each pinned to CPU 1" 1000 25 "$secs" \
+    $a -- $b
+  stop_all pinned
 }
 
 share_tenant() {
@@ -597,7 +634,7 @@ check_sharing() {
   secs=${SCX_SHARE_SECS:-10}
   hog_secs=$((secs * 3 + 30))
   all=''
-  for c in ${SCX_SHARE_CASES:-late cpumax cgroups tenant splits class rt}; do "share_$c"; done
+  for c in ${SCX_SHARE_CASES:-late cpumax cgroups boundary pinned tenant splits class rt}; do "share_$c"; done
 }
 
 r "kernel $(uname -r), sched_ext state $(state)"
