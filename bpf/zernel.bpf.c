@@ -70,10 +70,11 @@
  *
  * A thread that keeps its CPU (keep_prev) has its credit bounded against its rival instead, the
  * first queued task that may run on that CPU, when that rival may not run on every CPU: its
- * vtime is at most one default slice of its own service behind the rival's. A thread whose share is more than the one CPU it can use (a
- * tenant's lone busy thread) falls behind without end; unbounded, that credit would keep a
- * thread that can only run on its CPU (a per-CPU kworker, a pinned worker) waiting for the
- * starvation rescue. Bounded, the two share that CPU by their shares, as on a per-CPU run queue.
+ * vtime is at most one default slice of its own service behind the rival's. A thread whose
+ * share is more than the one CPU it can use (a tenant's lone busy thread) falls behind without
+ * end; unbounded, that credit would keep a thread that can only run on its CPU (a per-CPU
+ * kworker, a pinned worker) waiting for the starvation rescue. Bounded, the two share that CPU
+ * by their shares, as on a per-CPU run queue.
  *
  * CPU.MAX. ops.cgroup_set_bandwidth (and cgroup_init) give each cgroup its quota and period.
  * Run time is charged to the quota of the thread's cgroup and of each ancestor with one (also

@@ -9,4 +9,7 @@ here=$(dirname "$(realpath "$0")")
 build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
 [ -x "$build/bin/zernel-scx-driver" ] ||
   { echo "vm.scx_sharing: no $build/bin/zernel-scx-driver (-DZERNEL_BPF=ON)" >&2; exit 1; }
+# Eleven cases of 10-50 s each: 4-5 min on a calm host, more on a busy one (run-in-vm's default
+# limit is 300 s).
+export ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-660}
 exec "$here/run-in-vm.sh" --add "$here/scx_guest.sh" "$@" -- sh "$here/scx_guest.sh" sharing
