@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "collect/sync_signals.hpp"
-#include "collect/topology_reader.hpp"
 #include "collect/wait_state.hpp"
+#include "sys/topology_reader.hpp"
 #ifdef ZERNEL_HAVE_PROBES
 #include "collect/probes/cuda_library.hpp"
 #endif
@@ -29,7 +29,7 @@ namespace zernel::daemon {
 namespace {
 
 policy::Topology read_topology_or_single(const DaemonOptions& opts) {
-  auto info = collect::read_topology(opts.sys_root, opts.proc_root);
+  auto info = sys::read_topology(opts.sys_root, opts.proc_root);
   if (!info) {
     spdlog::warn("topology: {}; assuming one node with one CPU", info.error().message());
     return policy::Topology::single_node(1);
@@ -84,7 +84,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   for (const config::TenantConfig& t : cfg.tenants) {
     if (auto r = d->engine_.upsert_tenant(t.spec); !r) return r.error();
   }
-  const auto kthreadd = collect::read_stat(d->opts_.proc_root, 2);
+  const auto kthreadd = sys::read_stat(d->opts_.proc_root, 2);
   d->host_pid_namespace_ = kthreadd && kthreadd->is_kernel_thread();
 
   // What a userspace backend that did not stop cleanly left changed (nice, affinity, cgroup
@@ -99,7 +99,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   d->backend_ = std::move(*backend);
   spdlog::info("enforcement backend: {}", d->backend_->name());
 
-  auto nvml = collect::Nvml::load(d->opts_.nvml_library);
+  auto nvml = sys::Nvml::load(d->opts_.nvml_library);
   if (nvml) {
     d->nvml_ = std::move(*nvml);
     spdlog::info("NVML {} ({}): {} GPU(s)", d->nvml_->driver_version(), d->nvml_->library(),
@@ -179,7 +179,7 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
   }
   d->power_ = enforce::make_power_manager(cfg.power, d->nvml_.get(), d->opts_.sys_root, journal);
 
-  collect::DelayAcctJournal acct_journal;
+  sys::DelayAcctJournal acct_journal;
   if (journal) {
     acct_journal.record = [journal](bool original) {
       enforce::SettingsOriginals o;
@@ -191,10 +191,10 @@ Result<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions opts) {
       o.delayacct = false;  // names the setting; the value does not matter
       return journal->forget(o);
     };
-    // Shared with any other daemon on this machine (collect/delayacct_share.hpp).
+    // Shared with any other daemon on this machine (sys/delayacct_share.hpp).
     acct_journal.holders_path = enforce::delayacct_holders_path();
   }
-  auto acct = collect::DelayAcctGuard::enable(d->opts_.proc_root, std::move(acct_journal));
+  auto acct = sys::DelayAcctGuard::enable(d->opts_.proc_root, std::move(acct_journal));
   collect::SignalsOptions sig;
   sig.proc_root = d->opts_.proc_root;
   if (acct) {
@@ -378,7 +378,7 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
 void Daemon::refresh_gpu_utilization() {
   proc_util_.clear();
   proc_util_ok_ = !nvml_->devices().empty();
-  for (const collect::GpuDevice& dev : nvml_->devices()) {
+  for (const sys::GpuDevice& dev : nvml_->devices()) {
     if (auto u = nvml_->utilization(dev.index)) {
       if (dev.index < device_util_.size()) device_util_[dev.index] = u->gpu_percent;
     }
@@ -737,7 +737,7 @@ nlohmann::json Daemon::handle_control(const ControlRequest& req) {
       const std::string dir = opts_.proc_root + "/" + std::to_string(req.pid);
       // The process's identity (pid, start time), as for discovered ones: a later process that
       // reuses the pid does not inherit the tenant (sample_signals drops it).
-      auto stat = collect::read_stat(opts_.proc_root, req.pid);
+      auto stat = sys::read_stat(opts_.proc_root, req.pid);
       if (!stat || stat->is_dead()) {
         return error_reply("no process with pid " + std::to_string(req.pid));
       }
