@@ -223,7 +223,7 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   }
   std::unique_ptr<ScxBackend> b(new ScxBackend(options, handle));
   spdlog::info("sched_ext: scheduler \"{}\" attached ({} switch, {} CPUs, {} NUMA nodes)",
-               zernel_scx_ops_name(), options.partial ? "partial" : "full", nr_cpus, nr_nodes);
+               ZERNEL_SCHED_NAME, options.partial ? "partial" : "full", nr_cpus, nr_nodes);
   if (options.partial) {
     spdlog::warn(
         "sched_ext: partial switch: only the processes given decisions run under sched_ext, "
