@@ -1,5 +1,5 @@
 #pragma once
-// Power management (design.md section 1, off by default: [power] in the config): every GPU's SM
+// Power management (off by default: [power] in the config, docs/configuration.md): every GPU's SM
 // clock and power limit through NVML, and the CPUs' maximum frequency through cpufreq sysfs,
 // follow the dominant phase of the GPU tasks (policy/power_policy.hpp).
 //

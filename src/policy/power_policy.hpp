@@ -1,5 +1,5 @@
 #pragma once
-// Power management policy (design.md section 1): which GPU clock, GPU power limit and CPU maximum
+// Power management policy ([power], docs/configuration.md): which GPU clock, GPU power limit and CPU maximum
 // frequency serve the dominant phase. Pure: phases in, targets out; enforce/power.hpp applies them.
 //
 //   dominant phase   GPU SM clock        GPU power limit         CPU max frequency
