@@ -12,12 +12,13 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
 #include "enforce/scx/skel_shim.h"
 #include "sys/bpf/libbpf_log.hpp"
+#include "sys/file.hpp"
 #include "sys/procfs.hpp"
 #include "sys/sched_ext.hpp"
 #include "sys/topology_reader.hpp"
@@ -129,10 +130,15 @@ Result<void> check_cgroup_support(const Options& options, unsigned caps) {
                             "backend, or set [sched_ext] allow_unenforced_cpu_max = true)");
 }
 
+// A distribution's kernel config is about 300 KB.
+constexpr std::size_t kMaxKernelConfigBytes = std::size_t{16} << 20;
+
 }  // namespace
 
 std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
-  std::ifstream in(config);
+  const auto text = sys::read_file(config.string(), kMaxKernelConfigBytes);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
   std::string line;
   constexpr std::string_view key = "CONFIG_HZ=";
   while (std::getline(in, line)) {
@@ -148,8 +154,9 @@ std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
 }
 
 std::optional<bool> read_config_bool(const fs::path& config, std::string_view name) {
-  std::ifstream in(config);
-  if (!in) return std::nullopt;
+  const auto text = sys::read_file(config.string(), kMaxKernelConfigBytes);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
   const std::string set = "CONFIG_" + std::string(name) + "=y";
   std::string line;
   while (std::getline(in, line)) {
@@ -167,7 +174,8 @@ std::optional<std::string> find_cpu_max_quota(const fs::path& cgroup_root, std::
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
     if (++seen > max_dirs) break;
-    std::ifstream in(it->path() / "cpu.max");
+    const auto text = sys::read_file((it->path() / "cpu.max").string());
+    std::istringstream in(text ? *text : std::string());
     std::string quota;
     if (in >> quota && quota != "max") {
       return fs::relative(it->path(), cgroup_root, ec).string();
