@@ -274,7 +274,8 @@ std::optional<bool> SignalSampler::nccl_active(int pid_dirfd) {
   if (fds.error() == 0) {
     readable = true;
     while (const char* name = fds.next()) {
-      if (sys::read_link_at(fds.fd(), name, link_) == 0 && sys::is_nccl_shm_path(link_)) return true;
+      if (sys::read_link_at(fds.fd(), name, link_) == 0 && sys::is_nccl_shm_path(link_))
+        return true;
     }
   }
   if (!readable) return std::nullopt;

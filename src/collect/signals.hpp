@@ -119,7 +119,8 @@ class SignalSampler {
 
   // Reads the process's stat into buf_, through the kept descriptor when there is one (then
   // `dir` stays closed), else by opening <proc>/<pid>. Returns 0 or an errno value.
-  int read_stat(int proc_fd, const char* name, PidState* known, sys::UniqueFd& dir, sys::UniqueFd& fresh);
+  int read_stat(int proc_fd, const char* name, PidState* known, sys::UniqueFd& dir,
+                sys::UniqueFd& fresh);
 
   SignalsOptions options_;
   std::size_t open_files_ = 0;  // kept stat descriptors

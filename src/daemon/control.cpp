@@ -372,13 +372,14 @@ void ControlServer::accept_all(std::uint64_t now_ns) {
     socklen_t len = sizeof(cred);
     if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
       ++refused_;
-      refuse_now(std::move(fd), error_reply("permission denied: cannot read the peer's credentials"));
+      refuse_now(std::move(fd),
+                 error_reply("permission denied: cannot read the peer's credentials"));
       continue;
     }
     if (cred.uid != 0) {
       ++refused_;
       refuse_now(std::move(fd), error_reply("permission denied: uid " + std::to_string(cred.uid) +
-                                 " is not root; the control socket accepts only uid 0"));
+                                            " is not root; the control socket accepts only uid 0"));
       continue;
     }
     if (clients_.size() >= kMaxClients) {

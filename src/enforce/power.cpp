@@ -275,8 +275,8 @@ Result<void> PowerManager::restore() {
   return Error(code, msg);
 }
 
-std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg,
-                                                 sys::Nvml* nvml, const std::string& sys_root,
+std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg, sys::Nvml* nvml,
+                                                 const std::string& sys_root,
                                                  std::shared_ptr<SettingsJournal> journal) {
   if (!cfg.enabled) return nullptr;
   PowerOptions opts;

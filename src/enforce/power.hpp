@@ -76,8 +76,8 @@ class PowerManager {
     std::uint32_t index = 0;
     std::string bus_id;
     std::uint32_t sm_max = 0;                    // MHz
-    sys::ApplicationClocks original_clocks;  // application clocks before
-    sys::PowerLimits limits;                 // current = the original limit
+    sys::ApplicationClocks original_clocks;      // application clocks before
+    sys::PowerLimits limits;                     // current = the original limit
     policy::GpuPowerTarget applied;              // what this object last set (full: originals)
     bool warned = false;
   };

@@ -168,7 +168,7 @@ Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
     return std::nullopt;
   };
   auto parsed = sys::parse_journal_text(text, kMagic, "not a zernel settings journal (version 1)",
-                                   record, [&] { return have_owner; });
+                                        record, [&] { return have_owner; });
   if (!parsed) return parsed.error();
   return j;
 }
@@ -219,8 +219,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   std::size_t restored = 0;
   SettingsOriginals kept;
   const SettingsOriginals& o = j.originals;
-  auto held = o.delayacct ? sys::delayacct_held_by_others(
-                                delayacct_holders_path(), proc_root)
+  auto held = o.delayacct ? sys::delayacct_held_by_others(delayacct_holders_path(), proc_root)
                           : Result<bool>(false);
   if (o.delayacct && held && *held) {
     spdlog::info("settings journal: kernel.task_delayacct left on: another zernel-scheduler "
@@ -257,9 +256,8 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   } else {
     for (const GpuOriginal& g : o.gpus) {
       const auto& devs = nvml->devices();
-      const auto dev = std::find_if(devs.begin(), devs.end(), [&](const sys::GpuDevice& d) {
-        return d.bus_id == g.bus_id;
-      });
+      const auto dev = std::find_if(devs.begin(), devs.end(),
+                                    [&](const sys::GpuDevice& d) { return d.bus_id == g.bus_id; });
       if (dev == devs.end()) {
         spdlog::warn("settings journal: GPU {} ({}) not restored: no GPU with that bus id", g.index,
                      g.bus_id);

@@ -110,10 +110,10 @@ std::uint64_t own_start_time(const std::string& proc_root);
 // under PROC/sys; scaling_max_freq under SYS/devices/system/cpu/cpufreq; a GPU's application
 // clocks and power limit through `nvml`, the GPU found by its bus id), logs one line per setting
 // and a summary, and removes the file. kernel.task_delayacct is left on while another live daemon
-// holds it (sys/delayacct_share.hpp): that one restores it. A setting that cannot be restored is a warning and is
-// dropped, except the GPU entries while `nvml` is null: those stay in the file for a later start.
-// Errors: EBUSY when the owner runs, EINVAL for a corrupt journal (the file and line, and what to
-// do); then nothing was changed.
+// holds it (sys/delayacct_share.hpp): that one restores it. A setting that cannot be restored is a
+// warning and is dropped, except the GPU entries while `nvml` is null: those stay in the file for a
+// later start. Errors: EBUSY when the owner runs, EINVAL for a corrupt journal (the file and line,
+// and what to do); then nothing was changed.
 Result<void> recover_settings(const std::string& journal_path, const std::string& proc_root,
                               const std::string& sys_root, sys::Nvml* nvml);
 

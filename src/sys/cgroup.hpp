@@ -35,9 +35,9 @@ struct CpuCgroupLayout {
 // One cgroup (v1) or cgroup2 mount of a mountinfo file.
 struct CgroupMount {
   CgroupVersion version = CgroupVersion::v1;
-  std::string mount_point;       // unescaped, as mounted: "/sys/fs/cgroup"
-  std::string mount_root;        // the hierarchy path that mount shows (field 4)
-  std::string super_options;     // "rw,cpu,cpuacct" (v1: the controllers are among them)
+  std::string mount_point;    // unescaped, as mounted: "/sys/fs/cgroup"
+  std::string mount_root;     // the hierarchy path that mount shows (field 4)
+  std::string super_options;  // "rw,cpu,cpuacct" (v1: the controllers are among them)
 };
 
 // The cgroup and cgroup2 mounts in the text of a mountinfo file, in its order; other lines are

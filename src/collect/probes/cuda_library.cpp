@@ -84,7 +84,8 @@ Result<std::vector<MappedLibrary>> read_libcuda_mappings(const std::string& proc
                                                          std::uint32_t pid) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/maps";
   std::string text;
-  if (const int err = sys::read_file_at(AT_FDCWD, path.c_str(), text, std::size_t{64} << 20); err != 0) {
+  if (const int err = sys::read_file_at(AT_FDCWD, path.c_str(), text, std::size_t{64} << 20);
+      err != 0) {
     return sys::proc_read_error("reading " + path, err);
   }
   return parse_libcuda_mappings(text);

@@ -48,8 +48,8 @@ std::string format_journal(const Journal& j) {
     }
   }
   for (const WeightOriginal& w : j.weights) {
-    out += fmt::format("weight {} {} {} {} {}\n", sys::hex_encode(w.dir), w.file, w.inode, w.original,
-                       fmt::join(w.written, ","));
+    out += fmt::format("weight {} {} {} {} {}\n", sys::hex_encode(w.dir), w.file, w.inode,
+                       w.original, fmt::join(w.written, ","));
   }
   out += "end\n";
   return out;
@@ -135,7 +135,7 @@ Result<Journal> parse_journal(std::string_view text) {
     return std::nullopt;
   };
   auto parsed = sys::parse_journal_text(text, kMagic, "not a zernel userspace journal (version 2)",
-                                   record, [&] { return have_owner; });
+                                        record, [&] { return have_owner; });
   if (!parsed) return parsed.error();
   return j;
 }

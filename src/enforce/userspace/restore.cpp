@@ -135,7 +135,8 @@ Result<ReplayReport> replay_journal(const std::string& path, const std::string& 
         p.applied_cpus.empty() ? "" : ", affinity " + format_cpu_list(p.cpus)));
   }
   for (const WeightOriginal& w : j.weights) {
-    const sys::CgroupVersion v = w.file == "cpu.weight" ? sys::CgroupVersion::v2 : sys::CgroupVersion::v1;
+    const sys::CgroupVersion v =
+        w.file == "cpu.weight" ? sys::CgroupVersion::v2 : sys::CgroupVersion::v1;
     const auto inode = sys::cgroup_inode(w.dir);
     const auto now = sys::read_cgroup_cpu_value(v, w.dir);
     if (!inode || *inode != w.inode) {

@@ -334,8 +334,8 @@ Result<void> UserspaceBackend::save_journal() {
   for (const auto& [dir, g] : groups_) {
     auto values = g.values();
     if (values.empty()) continue;
-    j.weights.push_back(WeightOriginal{dir, sys::cgroup_cpu_file(layout_->version), g.inode, g.original,
-                                       std::move(values)});
+    j.weights.push_back(WeightOriginal{dir, sys::cgroup_cpu_file(layout_->version), g.inode,
+                                       g.original, std::move(values)});
   }
   if (auto r = write_journal(opts_.journal_path, j); !r) return r;
   ++stats_.journal_writes;
@@ -428,10 +428,11 @@ bool UserspaceBackend::restore_group(const std::string& dir, const GroupState& g
   if (!inode || *inode != g.inode) return true;  // removed (or made again): nothing to restore
   const auto now = sys::read_cgroup_cpu_value(layout_->version, dir);
   if (!now || *now != *g.written) {
-    spdlog::warn("userspace backend: cgroup {}: {} is {}, not the {} zernel wrote: changed by "
-                 "someone else, left as is",
-                 g.path, sys::cgroup_cpu_file(layout_->version), now ? std::to_string(*now) : "?",
-                 *g.written);
+    spdlog::warn(
+        "userspace backend: cgroup {}: {} is {}, not the {} zernel wrote: changed by "
+        "someone else, left as is",
+        g.path, sys::cgroup_cpu_file(layout_->version), now ? std::to_string(*now) : "?",
+        *g.written);
     return true;
   }
   if (auto r = sys::write_cgroup_cpu_value(layout_->version, dir, g.original); !r) {
@@ -489,9 +490,10 @@ void UserspaceBackend::write_groups() {
         if (g.journaled.size() > 1) journal_dirty_ = true;  // the old value is gone now
       } else {
         ++stats_.write_errors;
-        spdlog::warn("userspace backend: cgroup {}: writing {} {}: {}; its tenant's share goes "
-                     "by nice",
-                     g.path, sys::cgroup_cpu_file(layout_->version), g.want, r.error().message());
+        spdlog::warn(
+            "userspace backend: cgroup {}: writing {} {}: {}; its tenant's share goes "
+            "by nice",
+            g.path, sys::cgroup_cpu_file(layout_->version), g.want, r.error().message());
         refused_[dir] = {g.inode, "writing its cgroup " + g.path + "'s weight failed"};
         g.wanted = false;
         journal_dirty_ = true;

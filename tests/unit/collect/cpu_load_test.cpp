@@ -51,12 +51,13 @@ TEST(CpuLoad, first_sample_is_empty_then_busy_share_of_the_delta) {
 
 TEST(CpuLoad, offline_new_and_backwards_counters_read_zero_or_sane) {
   const std::vector<std::optional<sys::CpuTimes>> before = {
-      sys::CpuTimes{100, 0, 0, 100, 50, 0, 0, 0}, sys::CpuTimes{0, 0, 0, 0, 0, 0, 0, 0}, std::nullopt};
+      sys::CpuTimes{100, 0, 0, 100, 50, 0, 0, 0}, sys::CpuTimes{0, 0, 0, 0, 0, 0, 0, 0},
+      std::nullopt};
   // cpu0: iowait went backwards (a NO_HZ kernel quirk) while user grew: still a load in [0, 1].
   // cpu1: went offline. cpu2: came online (no earlier reading). cpu3: new id.
   const std::vector<std::optional<sys::CpuTimes>> after = {
-      sys::CpuTimes{150, 0, 0, 140, 20, 0, 0, 0}, std::nullopt, sys::CpuTimes{5, 0, 0, 5, 0, 0, 0, 0},
-      sys::CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
+      sys::CpuTimes{150, 0, 0, 140, 20, 0, 0, 0}, std::nullopt,
+      sys::CpuTimes{5, 0, 0, 5, 0, 0, 0, 0}, sys::CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
   auto loads = cpu_loads_between(before, after);
   ASSERT_EQ(loads.size(), 4U);
   // busy +50; idle+iowait 150 -> 160: +10.

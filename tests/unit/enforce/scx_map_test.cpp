@@ -282,7 +282,8 @@ TEST(ScxBackend, finds_the_first_cgroup_with_a_cpu_max_quota) {
   fake.write("cg/system.slice/a.service/cpu.max", "max 100000\n");
   EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg"), std::nullopt);
   fake.write("cg/kubepods.slice/pod1/cpu.max", "200000 100000\n");
-  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg"), std::optional<std::string>("kubepods.slice/pod1"));
+  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg"),
+            std::optional<std::string>("kubepods.slice/pod1"));
   // Not a cgroup v2 tree: nothing to say.
   fake.write("v1/cpu.max", "20000 100000\n");
   EXPECT_EQ(find_cpu_max_quota(fake.dir() / "v1"), std::nullopt);

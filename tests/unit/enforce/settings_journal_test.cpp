@@ -222,9 +222,9 @@ TEST(SettingsJournal, a_live_owner_is_refused_and_nothing_changes_fail) {
 TEST(SettingsJournal, a_corrupt_journal_names_the_file_and_line_and_what_to_do_fail) {
   FakeMachine m;
   m.set_delayacct("1");
-  ASSERT_TRUE(
-      sys::write_file_atomically(m.journal(), "zernel-settings-journal 1\nowner 4242 1000\nbogus\nend\n")
-          .ok());
+  ASSERT_TRUE(sys::write_file_atomically(m.journal(),
+                                         "zernel-settings-journal 1\nowner 4242 1000\nbogus\nend\n")
+                  .ok());
   auto r = recover_settings(m.journal(), m.proc(), m.sys(), nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), EINVAL);

@@ -38,7 +38,8 @@ class UserspaceBackendTest : public ::testing::Test {
     o.use_cgroups = cgroups;
     if (cgroups) {
       auto real = sys::detect_cpu_cgroup_from("/proc/self/mountinfo");
-      o.cgroup = sys::CpuCgroupLayout{real ? real->version : sys::CgroupVersion::v1, t_.str("cg"), "/"};
+      o.cgroup =
+          sys::CpuCgroupLayout{real ? real->version : sys::CgroupVersion::v1, t_.str("cg"), "/"};
     }
     std::filesystem::create_directories(t_.path() / "cg");
     o.journal_path = t_.str("run/userspace.journal");
@@ -327,8 +328,8 @@ TEST_F(UserspaceBackendTest, a_tenant_in_the_root_group_gets_its_share_as_a_nice
   write_file(t_.path() / "cg/cpu.weight", "100\n");
   write_file(t_.path() / "cg/cgroup.procs", std::to_string(c.pid()) + "\n");
   // The child's real /proc/PID/cgroup line of this version decides its group.
-  auto orig = sys::cpu_cgroup_path(sys::CgroupVersion::v2, read_file("/proc/" + std::to_string(c.pid()) +
-                                                             "/cgroup"));
+  auto orig = sys::cpu_cgroup_path(sys::CgroupVersion::v2,
+                                   read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"));
   if (!orig || *orig != "/") GTEST_SKIP() << "the test process is not in the v2 root group";
   auto b = make(o);
   ASSERT_TRUE(b);
@@ -399,14 +400,17 @@ class RealCgroupTest : public UserspaceBackendTest {
     if (!parent_.empty()) ::rmdir(parent_.c_str());
   }
   bool enter(const Child& c) {
-    return static_cast<bool>(sys::write_cgroup_file(job_ + "/cgroup.procs", std::to_string(c.pid())));
+    return static_cast<bool>(
+        sys::write_cgroup_file(job_ + "/cgroup.procs", std::to_string(c.pid())));
   }
   std::string path_of(const Child& c) const {
     return sys::cpu_cgroup_path(layout_.version,
-                           read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"))
+                                read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"))
         .value_or("?");
   }
-  std::uint64_t weight() const { return sys::read_cgroup_cpu_value(layout_.version, job_).value_or(0); }
+  std::uint64_t weight() const {
+    return sys::read_cgroup_cpu_value(layout_.version, job_).value_or(0);
+  }
   UserspaceOptions real_options() {
     UserspaceOptions o = options();
     o.use_cgroups = true;
