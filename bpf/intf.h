@@ -25,7 +25,8 @@
  *                     moved, so a writer that does not increment it is not seen until some other
  *                     write does.
  * Exit info is the scx "uei" (struct user_exit_info in scx/user_exit_info_common.h, written by
- * UEI_RECORD in ops.exit); the kernel's exit kinds are mirrored here as enum zernel_exit_kind.
+ * UEI_RECORD when the scheduler exits); the kernel's exit kinds are mirrored here as enum
+ * zernel_exit_kind, the lengths of its strings as ZERNEL_UEI_*_LEN.
  */
 #ifndef ZERNEL_BPF_INTF_H
 #define ZERNEL_BPF_INTF_H
@@ -39,8 +40,10 @@
 #define ZERNEL_OFF(type, field) __builtin_offsetof(struct type, field)
 #ifdef __cplusplus
 #define ZERNEL_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#define ZERNEL_INT(x) static_cast<int>(x)	/* compares constants of two enums */
 #else
 #define ZERNEL_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#define ZERNEL_INT(x) ((int)(x))
 #endif
 
 /* Limits. */
@@ -51,7 +54,12 @@ enum zernel_limits {
 	ZERNEL_MAX_NODES = 64,		/* NUMA node ids (0..63) */
 	ZERNEL_NO_TENANT = 0xFFFF,	/* zernel_decision.tenant: the process has no tenant */
 	ZERNEL_NO_CPU = -1,		/* preferred_cpu / preferred_node: none */
+	ZERNEL_UEI_REASON_LEN = 128,	/* bytes of the exit reason (UEI_REASON_LEN) */
+	ZERNEL_UEI_MSG_LEN = 1024,	/* bytes of the exit message (UEI_MSG_LEN) */
 };
+
+/* The scheduler's name: sched_ext_ops.name, as /sys/kernel/sched_ext/root/ops shows it. */
+#define ZERNEL_SCHED_NAME "zernel"
 
 /* Weights. */
 enum zernel_weights {
@@ -121,41 +129,57 @@ struct zernel_tenant {
 };
 
 /*
- * A tenant's runnable load: maintained by BPF with atomic adds as the tenant's threads wake
- * (ops.select_cpu / ops.enqueue) and sleep (ops.stopping). Kept apart from struct zernel_tenant
- * so that a loader write never clobbers it. 16 bytes.
+ * A tenant's runnable load: maintained by BPF with atomic adds as the tenant's threads become
+ * runnable and stop. Kept apart from struct zernel_tenant so that a loader write never clobbers
+ * it. 16 bytes.
  */
 struct zernel_tenant_load {
 	__s64 runnable_weight;		/* sum of the decision weights of the tenant's runnable threads */
 	__s64 runnable_threads;		/* number of the tenant's runnable threads */
 };
 
-/* Per-CPU counters (zernel_stats), summed over CPUs by the loader. */
+/*
+ * Per-CPU counters (zernel_stats), summed over CPUs by the loader. ONE list: the enum below and
+ * the loader's names (kStatNames, "local", "run_ns_gpu_compute", ...) are both made from it.
+ * X(NAME, name): enumerator ZERNEL_STAT_NAME, reported as "name".
+ */
+#define ZERNEL_STATS(X)													\
+	X(LOCAL, local)			/* inserted straight into an idle CPU's local DSQ */		\
+	X(GLOBAL, global)		/* inserted into the shared vtime DSQ */			\
+	X(PREF_CPU_HIT, pref_cpu_hit)	/* the decision's preferred CPU was idle and taken */		\
+	X(PREF_NODE_HIT, pref_node_hit)	/* an idle CPU of the preferred node was taken */		\
+	X(PREF_MISS, pref_miss)		/* a preference was set but no CPU of it was idle */		\
+	X(KICK_PREEMPT, kick_preempt)	/* preempting wakeups: SCX_KICK_PREEMPT of a lower-weight CPU */	\
+	X(PREEMPT_SKIP, preempt_skip)	/* preempting wakeups with no victim (every CPU it may use	\
+					 * runs a weight at least its own): queued in the shared DSQ */	\
+	X(PREEMPT_WAIT, preempt_wait)	/* preempting wakeups put first on a CPU whose slice ends	\
+					 * within their latency target, without a preemption */		\
+	X(KICK_IDLE, kick_idle)		/* idle CPUs kicked for a task queued to them from enqueue */	\
+	X(STARVE_RESCUE, starve_rescue)	/* tasks moved to the rescue DSQ by the starvation scan */	\
+	X(DECIDED, decided)		/* enqueues of tasks whose process has a decision */		\
+	X(UNDECIDED, undecided)		/* enqueues of tasks with no decision (weight from nice) */	\
+	X(TENANT, tenant)		/* enqueues of tasks whose process belongs to a tenant */	\
+	X(LAG_CLAMP, lag_clamp)		/* vtimes cut back to the lead bound (ran ahead alone) */	\
+	X(REENQ, reenq)			/* tasks put back from a CPU a higher sched class took */	\
+	X(THROTTLED, throttled)		/* enqueues parked because their cgroup spent its cpu.max */	\
+	X(THROTTLE_CUT, throttle_cut)	/* slices ended by a tick that found the quota spent */	\
+	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
+	/* ns of CPU time run by decided tasks, one counter per phase, in enum zernel_phase order */	\
+	X(RUN_NS_DATA_LOADING, run_ns_data_loading)							\
+	X(RUN_NS_GPU_COMPUTE, run_ns_gpu_compute)							\
+	X(RUN_NS_NCCL_COLLECTIVE, run_ns_nccl_collective)						\
+	X(RUN_NS_OPTIMIZER_STEP, run_ns_optimizer_step)							\
+	X(RUN_NS_UNKNOWN, run_ns_unknown)								\
+	X(RUN_NS_UNDECIDED, run_ns_undecided)	/* ns of CPU time run by tasks with no decision */
+
 enum zernel_stat {
-	ZERNEL_STAT_LOCAL = 0,		/* inserted straight into an idle CPU's local DSQ */
-	ZERNEL_STAT_GLOBAL,		/* inserted into the shared vtime DSQ */
-	ZERNEL_STAT_PREF_CPU_HIT,	/* the decision's preferred CPU was idle and taken */
-	ZERNEL_STAT_PREF_NODE_HIT,	/* an idle CPU of the preferred node was taken */
-	ZERNEL_STAT_PREF_MISS,		/* a preference was set but no CPU of it was idle */
-	ZERNEL_STAT_KICK_PREEMPT,	/* preempting wakeups: SCX_KICK_PREEMPT of a lower-weight CPU */
-	ZERNEL_STAT_PREEMPT_SKIP,	/* preempting wakeups with no victim (every CPU it may use runs
-					 * a weight at least its own): queued in the shared DSQ */
-	ZERNEL_STAT_PREEMPT_WAIT,	/* preempting wakeups put first on a CPU whose slice ends
-					 * within their latency target, without a preemption */
-	ZERNEL_STAT_KICK_IDLE,		/* idle CPUs kicked for a task queued to them from enqueue */
-	ZERNEL_STAT_STARVE_RESCUE,	/* tasks moved to the rescue DSQ by the starvation scan */
-	ZERNEL_STAT_DECIDED,		/* enqueues of tasks whose process has a decision */
-	ZERNEL_STAT_UNDECIDED,		/* enqueues of tasks with no decision (weight from nice) */
-	ZERNEL_STAT_TENANT,		/* enqueues of tasks whose process belongs to a tenant */
-	ZERNEL_STAT_LAG_CLAMP,		/* vtimes cut back to the lead bound (ran ahead alone) */
-	ZERNEL_STAT_REENQ,		/* tasks put back from a CPU a higher sched class took */
-	ZERNEL_STAT_THROTTLED,		/* enqueues parked because their cgroup spent its cpu.max */
-	ZERNEL_STAT_THROTTLE_CUT,	/* slices ended by a tick that found the quota spent */
-	ZERNEL_STAT_UNTHROTTLED,	/* parked tasks released at a new cpu.max period */
-	ZERNEL_STAT_RUN_NS_PHASE,	/* ns of CPU time run by decided tasks, one counter per phase: */
-	ZERNEL_STAT_RUN_NS_PHASE_END = ZERNEL_STAT_RUN_NS_PHASE + ZERNEL_PHASE_NR - 1,
-	ZERNEL_STAT_RUN_NS_UNDECIDED,	/* ns of CPU time run by tasks with no decision */
+#define ZERNEL_STAT_ENUM(NAME, name) ZERNEL_STAT_##NAME,
+	ZERNEL_STATS(ZERNEL_STAT_ENUM)
+#undef ZERNEL_STAT_ENUM
 	ZERNEL_STAT_NR,
+	/* The per-phase counters as a range: ZERNEL_STAT_RUN_NS_PHASE + phase. */
+	ZERNEL_STAT_RUN_NS_PHASE = ZERNEL_STAT_RUN_NS_DATA_LOADING,
+	ZERNEL_STAT_RUN_NS_PHASE_END = ZERNEL_STAT_RUN_NS_UNKNOWN,
 };
 
 /*
@@ -179,24 +203,41 @@ struct zernel_task_ctx {
 
 /*
  * Exit kinds: the kernel's enum scx_exit_kind (include/linux/sched/ext.h; values are ABI since
- * 6.12). The BPF side asserts them against vmlinux.h.
+ * 6.12; PARENT*, ERROR_REENQ and ERROR_RESCUE came later). ONE list: the enum, the loader's names
+ * ("UNREG_BPF") and the asserts against the kernel's values (zernel.bpf.c, from vmlinux.h) are
+ * made from it. X(NAME, value): ZERNEL_EXIT_NAME = value, the kernel's SCX_EXIT_NAME.
  */
+#define ZERNEL_EXIT_KINDS(X)										\
+	X(NONE, 0)											\
+	X(DONE, 1)											\
+	X(UNREG, 64)		/* user-space initiated unregistration (detach, close, kill) */	\
+	X(UNREG_BPF, 65)	/* BPF-initiated unregistration (scx_bpf_exit) */			\
+	X(UNREG_KERN, 66)	/* kernel-initiated unregistration */				\
+	X(SYSRQ, 67)		/* requested by sysrq-S */					\
+	X(PARENT, 68)		/* 7.x, for sub-schedulers: see the kernel's scx_exit_kind */	\
+	X(PARENT_KILL, 69)	/* 7.x, for sub-schedulers */					\
+	X(ERROR, 1024)		/* runtime error, error msg contains details */			\
+	X(ERROR_BPF, 1025)	/* ERROR but triggered through scx_bpf_error() */		\
+	X(ERROR_STALL, 1026)	/* watchdog detected stalled runnable tasks */			\
+	X(ERROR_REENQ, 1027)	/* 7.x: an error found re-enqueueing tasks */			\
+	X(ERROR_RESCUE, 1028)	/* 7.x: an error found rescuing tasks */
+
 enum zernel_exit_kind {
-	ZERNEL_EXIT_NONE = 0,
-	ZERNEL_EXIT_DONE = 1,
-	ZERNEL_EXIT_UNREG = 64,		/* user-space initiated unregistration (detach, close, kill) */
-	ZERNEL_EXIT_UNREG_BPF = 65,	/* BPF-initiated unregistration (scx_bpf_exit) */
-	ZERNEL_EXIT_UNREG_KERN = 66,	/* kernel-initiated unregistration */
-	ZERNEL_EXIT_SYSRQ = 67,		/* requested by sysrq-S */
-	ZERNEL_EXIT_ERROR = 1024,	/* runtime error, error msg contains details */
-	ZERNEL_EXIT_ERROR_BPF = 1025,	/* ERROR but triggered through scx_bpf_error() */
-	ZERNEL_EXIT_ERROR_STALL = 1026,	/* watchdog detected stalled runnable tasks */
+#define ZERNEL_EXIT_ENUM(NAME, value) ZERNEL_EXIT_##NAME = value,
+	ZERNEL_EXIT_KINDS(ZERNEL_EXIT_ENUM)
+#undef ZERNEL_EXIT_ENUM
 };
 
-/* Bits of the exit code (scx_exit_code, user_exit_info.h): the kernel's advice and reasons. */
-#define ZERNEL_ECODE_RSN_HOTPLUG (1ULL << 32)	/* a CPU went on- or offline */
-#define ZERNEL_ECODE_ACT_RESTART (1ULL << 48)	/* the kernel advises reloading the scheduler */
+/*
+ * Bits of the exit code (the kernel's enum scx_exit_code; user_exit_info.h): the kernel's
+ * reasons and advice above the scheduler's own 32-bit code. Asserted against the kernel's values
+ * in zernel.bpf.c (vmlinux.h) and skel_shim.c (scx/user_exit_info.h).
+ */
+#define ZERNEL_ECODE_RSN_HOTPLUG (1ULL << 32)		/* a CPU went on- or offline */
+#define ZERNEL_ECODE_RSN_CGROUP_OFFLINE (1ULL << 33)	/* 7.x: a cgroup went offline */
+#define ZERNEL_ECODE_ACT_RESTART (1ULL << 48)		/* the kernel advises reloading the scheduler */
 #define ZERNEL_ECODE_USER_MASK ((1ULL << 32) - 1)
+#define ZERNEL_ECODE_RSN_MASK (((1ULL << 16) - 1) << 32)
 #define ZERNEL_ECODE_ACT_MASK (((1ULL << 16) - 1) << 48)
 
 /* Layout checks, compiled by clang -target bpf and by the C++ compiler alike. */
@@ -216,7 +257,27 @@ ZERNEL_STATIC_ASSERT(sizeof(struct zernel_tenant_load) == 16, "zernel_tenant_loa
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_task_ctx) == 80, "zernel_task_ctx layout");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_weight) == 64, "contrib");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_task_ctx, contrib_tenant) == 72, "contrib_t");
-ZERNEL_STATIC_ASSERT(ZERNEL_STAT_NR == 24, "update the loader's stat names with the enum");
+ZERNEL_STATIC_ASSERT(ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE) + ZERNEL_INT(ZERNEL_PHASE_NR) - 1 ==
+		     ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE_END),
+		     "one run-time counter per phase");
+ZERNEL_STATIC_ASSERT(ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE) + ZERNEL_INT(ZERNEL_PHASE_GPU_COMPUTE) ==
+		     ZERNEL_INT(ZERNEL_STAT_RUN_NS_GPU_COMPUTE),
+		     "run-time counters in phase order");
+ZERNEL_STATIC_ASSERT(ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE) + ZERNEL_INT(ZERNEL_PHASE_NCCL_COLLECTIVE) ==
+		     ZERNEL_INT(ZERNEL_STAT_RUN_NS_NCCL_COLLECTIVE), "run-time counters in phase order");
+ZERNEL_STATIC_ASSERT(ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE) + ZERNEL_INT(ZERNEL_PHASE_OPTIMIZER_STEP) ==
+		     ZERNEL_INT(ZERNEL_STAT_RUN_NS_OPTIMIZER_STEP), "run-time counters in phase order");
+ZERNEL_STATIC_ASSERT(ZERNEL_INT(ZERNEL_STAT_RUN_NS_PHASE) + ZERNEL_INT(ZERNEL_PHASE_UNKNOWN) ==
+		     ZERNEL_INT(ZERNEL_STAT_RUN_NS_UNKNOWN),
+		     "run-time counters in phase order");
+ZERNEL_STATIC_ASSERT((ZERNEL_ECODE_RSN_HOTPLUG & ZERNEL_ECODE_RSN_MASK) == ZERNEL_ECODE_RSN_HOTPLUG,
+		     "a reason bit");
+ZERNEL_STATIC_ASSERT((ZERNEL_ECODE_RSN_CGROUP_OFFLINE & ZERNEL_ECODE_RSN_MASK) ==
+		     ZERNEL_ECODE_RSN_CGROUP_OFFLINE, "a reason bit");
+ZERNEL_STATIC_ASSERT((ZERNEL_ECODE_ACT_RESTART & ZERNEL_ECODE_ACT_MASK) == ZERNEL_ECODE_ACT_RESTART,
+		     "an action bit");
+ZERNEL_STATIC_ASSERT((ZERNEL_ECODE_USER_MASK & (ZERNEL_ECODE_RSN_MASK | ZERNEL_ECODE_ACT_MASK)) == 0,
+		     "the user code is apart from the kernel's bits");
 ZERNEL_STATIC_ASSERT(ZERNEL_MAX_TENANTS <= ZERNEL_NO_TENANT, "tenant slots fit __u16");
 
 #endif /* ZERNEL_BPF_INTF_H */

@@ -258,11 +258,18 @@ u64 zernel_decision_gen;
 
 UEI_DEFINE(uei);
 
-/* The kernel's exit kinds are ABI; intf.h mirrors them for the loader. */
-_Static_assert((int)ZERNEL_EXIT_UNREG == (int)SCX_EXIT_UNREG, "exit kind");
-_Static_assert((int)ZERNEL_EXIT_SYSRQ == (int)SCX_EXIT_SYSRQ, "exit kind");
-_Static_assert((int)ZERNEL_EXIT_ERROR == (int)SCX_EXIT_ERROR, "exit kind");
-_Static_assert((int)ZERNEL_EXIT_ERROR_STALL == (int)SCX_EXIT_ERROR_STALL, "exit kind");
+/* The kernel's exit kinds, exit code bits and UEI lengths are ABI; intf.h mirrors them for the
+ * loader, and every one is checked here against vmlinux.h. */
+#define ZERNEL_ASSERT_EXIT_KIND(NAME, value)						\
+	_Static_assert((int)ZERNEL_EXIT_##NAME == (int)SCX_EXIT_##NAME, "exit kind " #NAME);
+ZERNEL_EXIT_KINDS(ZERNEL_ASSERT_EXIT_KIND)
+#undef ZERNEL_ASSERT_EXIT_KIND
+_Static_assert(ZERNEL_ECODE_RSN_HOTPLUG == (u64)SCX_ECODE_RSN_HOTPLUG, "exit code bit");
+_Static_assert(ZERNEL_ECODE_RSN_CGROUP_OFFLINE == (u64)SCX_ECODE_RSN_CGROUP_OFFLINE,
+	       "exit code bit");
+_Static_assert(ZERNEL_ECODE_ACT_RESTART == (u64)SCX_ECODE_ACT_RESTART, "exit code bit");
+_Static_assert((int)ZERNEL_UEI_REASON_LEN == (int)UEI_REASON_LEN, "UEI reason length");
+_Static_assert((int)ZERNEL_UEI_MSG_LEN == (int)UEI_MSG_LEN, "UEI message length");
 
 enum {
 	ZERNEL_DSQ_SHARED = 0,		/* vtime-ordered queue of every waiting task */
@@ -1793,4 +1800,4 @@ SCX_OPS_DEFINE(zernel_ops,
 	       .dump_task		= (void *)zernel_dump_task,
 	       .init			= (void *)zernel_init,
 	       .exit			= (void *)zernel_exit,
-	       .name			= "zernel");
+	       .name			= ZERNEL_SCHED_NAME);

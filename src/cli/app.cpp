@@ -13,12 +13,12 @@
 #include "cli/demo.hpp"
 #include "cli/info_cmd.hpp"
 #include "cli/restore_cmd.hpp"
-#include "collect/topology_reader.hpp"
 #include "common/log.hpp"
 #include "common/version.hpp"
 #include "config/config.hpp"
 #include "daemon/daemon.hpp"
 #include "daemon/signals.hpp"
+#include "sys/topology_reader.hpp"
 
 namespace zernel::cli {
 namespace {
@@ -40,7 +40,7 @@ void print_warnings(const config::LoadedConfig& loaded) {
   for (const std::string& w : loaded.warnings) fmt::print(stderr, "zernel-scheduler: warning: {}\n", w);
 }
 
-std::string topology_summary(const collect::TopologyInfo& info) {
+std::string topology_summary(const sys::TopologyInfo& info) {
   const auto nodes = info.topology.nodes().size();
   return fmt::format("{} NUMA node{}, {} CPUs, {} NVIDIA GPU{}", nodes, nodes == 1 ? "" : "s",
                      info.topology.total_cpus(), info.gpus.size(), info.gpus.size() == 1 ? "" : "s");
@@ -64,7 +64,7 @@ int demo(const Args& args, const config::LoadedConfig& loaded) {
   DemoOptions opts;
   opts.config = loaded.config;
   opts.phase_log_path = args.phase_log;
-  auto topo = collect::read_topology();
+  auto topo = sys::read_topology();
   if (topo) {
     opts.topology = topo->topology;
     opts.topology_summary = topology_summary(*topo);

@@ -1,5 +1,5 @@
 #pragma once
-// The zernel-scheduler command line (design.md section 6). Exit codes: 0 success, 1 a runtime or
+// The zernel-scheduler command line (docs/operations.md). Exit codes: 0 success, 1 a runtime or
 // configuration error (the message names the problem), 2 bad command-line usage.
 
 namespace zernel::cli {

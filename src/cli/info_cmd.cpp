@@ -5,34 +5,26 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "collect/nvml.hpp"
-#include "collect/topology_reader.hpp"
 #include "common/version.hpp"
+#include "sys/cgroup.hpp"
+#include "sys/file.hpp"
+#include "sys/nvml.hpp"
+#include "sys/procfs.hpp"
+#include "sys/sched_ext.hpp"
+#include "sys/topology_reader.hpp"
 
 namespace zernel::cli {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::optional<std::string> read_trimmed(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string s = ss.str();
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
 
 // The fake NVML of --emulated-gpu, found as the daemon finds it (cli/app.cpp).
 std::string emulated_nvml_path() {
@@ -52,20 +44,19 @@ json kernel_info() {
           {"machine", u.machine}};
 }
 
-json sched_ext_info(const fs::path& sys) {
-  const fs::path dir = sys / "kernel/sched_ext";
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
+// Through the same functions the daemon uses, so that info says what the daemon would find.
+json sched_ext_info(const fs::path& sys_root) {
+  const auto state = sys::read_sched_ext_state(sys_root);
+  if (!state) {
     return {{"supported", false},
             {"reason", fmt::format("no {}: the kernel lacks CONFIG_SCHED_CLASS_EXT (--backend "
                                    "auto uses the userspace backend here)",
-                                   dir.string())}};
+                                   (sys_root / "kernel/sched_ext").string())}};
   }
   json j = {{"supported", true}};
-  j["state"] = read_trimmed(dir / "state").value_or("unreadable");
-  const auto ops = read_trimmed(dir / "root/ops");
-  j["ops"] = ops && !ops->empty() ? json(*ops) : json(nullptr);
-  if (auto n = read_trimmed(dir / "enable_seq")) j["enable_seq"] = *n;
+  j["state"] = state->state;
+  j["ops"] = state->ops.empty() ? json(nullptr) : json(state->ops);
+  if (!state->enable_seq.empty()) j["enable_seq"] = state->enable_seq;
   return j;
 }
 
@@ -78,19 +69,17 @@ json btf_info(const fs::path& sys) {
 }
 
 json cgroup_info(const fs::path& proc) {
-  std::ifstream in(proc / "self/mounts");
   bool v2_root = false;
   std::optional<std::string> v2_at;
   std::vector<std::string> v1;
-  std::string dev, at, type;
-  std::string rest;
-  while (in >> dev >> at >> type) {
-    std::getline(in, rest);
-    if (type == "cgroup2") {
-      if (at == "/sys/fs/cgroup") v2_root = true;
-      if (!v2_at) v2_at = at;
-    } else if (type == "cgroup") {
-      v1.push_back(at);
+  const auto mountinfo = sys::read_file((proc / "self/mountinfo").string(), std::size_t{64} << 20);
+  for (const sys::CgroupMount& m :
+       mountinfo ? sys::parse_cgroup_mounts(*mountinfo) : std::vector<sys::CgroupMount>{}) {
+    if (m.version == sys::CgroupVersion::v2) {
+      if (m.mount_point == "/sys/fs/cgroup") v2_root = true;
+      if (!v2_at) v2_at = m.mount_point;
+    } else {
+      v1.push_back(m.mount_point);
     }
   }
   std::string version;
@@ -111,10 +100,10 @@ json cgroup_info(const fs::path& proc) {
 }
 
 json nvml_info(const std::string& library) {
-  auto nvml = collect::Nvml::load(library);
+  auto nvml = sys::Nvml::load(library);
   if (!nvml) return {{"available", false}, {"reason", nvml.error().message()}};
   json gpus = json::array();
-  for (const collect::GpuDevice& d : (*nvml)->devices()) {
+  for (const sys::GpuDevice& d : (*nvml)->devices()) {
     gpus.push_back({{"index", d.index}, {"name", d.name}, {"bus_id", d.bus_id}});
   }
   return {{"available", true},
@@ -124,20 +113,20 @@ json nvml_info(const std::string& library) {
 }
 
 json delayacct_info(const fs::path& proc) {
-  const auto v = read_trimmed(proc / "sys/kernel/task_delayacct");
-  if (!v) return {{"available", false}};
-  return {{"available", true}, {"enabled", *v == "1"}};
+  const auto on = sys::read_task_delayacct(proc.string());
+  if (!on) return {{"available", false}};
+  return {{"available", true}, {"enabled", *on}};
 }
 
 json topology_info(const std::string& sys_root, const std::string& proc_root) {
-  auto info = collect::read_topology(sys_root, proc_root);
+  auto info = sys::read_topology(sys_root, proc_root);
   if (!info) return {{"error", info.error().message()}};
   json nodes = json::array();
   for (const policy::NumaNode& n : info->topology.nodes()) {
     nodes.push_back({{"id", n.id}, {"cpus", n.cpus.size()}, {"memory_mb", n.memory_mb}});
   }
   json gpus = json::array();
-  for (const collect::GpuLocation& g : info->gpus) {
+  for (const sys::GpuLocation& g : info->gpus) {
     gpus.push_back(
         {{"index", g.index}, {"bus_id", g.bus_id}, {"numa_node", g.node ? json(*g.node) : json(nullptr)}});
   }

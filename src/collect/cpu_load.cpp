@@ -5,13 +5,13 @@
 
 namespace zernel::collect {
 
-std::vector<float> cpu_loads_between(std::span<const std::optional<CpuTimes>> before,
-                                     std::span<const std::optional<CpuTimes>> after) {
+std::vector<float> cpu_loads_between(std::span<const std::optional<sys::CpuTimes>> before,
+                                     std::span<const std::optional<sys::CpuTimes>> after) {
   std::vector<float> loads(after.size(), 0.0F);
   for (std::size_t cpu = 0; cpu < after.size() && cpu < before.size(); ++cpu) {
     if (!after[cpu] || !before[cpu]) continue;
-    const CpuTimes& a = *after[cpu];
-    const CpuTimes& b = *before[cpu];
+    const sys::CpuTimes& a = *after[cpu];
+    const sys::CpuTimes& b = *before[cpu];
     const std::uint64_t idle_a = a.idle_total();
     const std::uint64_t idle_b = b.idle_total();
     const std::uint64_t busy_a = a.total() - idle_a;
@@ -28,7 +28,7 @@ std::vector<float> cpu_loads_between(std::span<const std::optional<CpuTimes>> be
 CpuLoadSampler::CpuLoadSampler(std::string proc_root) : proc_root_(std::move(proc_root)) {}
 
 Result<std::vector<float>> CpuLoadSampler::sample() {
-  auto now = read_proc_stat_cpus(proc_root_);
+  auto now = sys::read_proc_stat_cpus(proc_root_);
   if (!now) return now.error();
   std::vector<float> loads;
   if (have_previous_) loads = cpu_loads_between(previous_, *now);

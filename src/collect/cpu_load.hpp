@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
-#include "collect/procfs.hpp"
 #include "common/result.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect {
 
 // Loads in [0, 1] between two /proc/stat readings, sized like `after`.
-std::vector<float> cpu_loads_between(std::span<const std::optional<CpuTimes>> before,
-                                     std::span<const std::optional<CpuTimes>> after);
+std::vector<float> cpu_loads_between(std::span<const std::optional<sys::CpuTimes>> before,
+                                     std::span<const std::optional<sys::CpuTimes>> after);
 
 class CpuLoadSampler {
  public:
@@ -31,7 +31,7 @@ class CpuLoadSampler {
 
  private:
   std::string proc_root_;
-  std::vector<std::optional<CpuTimes>> previous_;
+  std::vector<std::optional<sys::CpuTimes>> previous_;
   bool have_previous_ = false;
 };
 

@@ -43,7 +43,7 @@ std::optional<std::uint32_t> first_match(std::span<const config::TenantConfig> t
     if (!m.cgroup.empty()) {
       const std::optional<std::string_view> path = attrs.cgroup();
       if (!path || std::none_of(m.cgroup.begin(), m.cgroup.end(), [&](const std::string& p) {
-            return cgroup_path_has_prefix(*path, p);
+            return sys::cgroup_path_has_prefix(*path, p);
           })) {
         continue;
       }
@@ -85,8 +85,8 @@ class LazyAttrs {
   std::optional<std::uint32_t> uid() {
     if (!uid_done_) {
       uid_done_ = true;
-      if (read_file_at(dirfd_, "status", buf_, kMaxAttrBytes) == 0) {
-        if (auto st = parse_status(buf_)) uid_ = st->ruid;
+      if (sys::read_file_at(dirfd_, "status", buf_, kMaxAttrBytes) == 0) {
+        if (auto st = sys::parse_status(buf_)) uid_ = st->ruid;
       }
     }
     return uid_;
@@ -96,8 +96,8 @@ class LazyAttrs {
   std::optional<std::string_view> cgroup() {
     if (!cgroup_done_) {
       cgroup_done_ = true;
-      if (read_file_at(dirfd_, "cgroup", cgroup_buf_, kMaxAttrBytes) == 0) {
-        cgroup_ = cgroup_match_path(cgroup_buf_);
+      if (sys::read_file_at(dirfd_, "cgroup", cgroup_buf_, kMaxAttrBytes) == 0) {
+        cgroup_ = sys::cgroup_match_path(cgroup_buf_);
       }
     }
     return cgroup_;
@@ -106,7 +106,7 @@ class LazyAttrs {
   const char* cmdline() {
     if (!cmdline_done_) {
       cmdline_done_ = true;
-      if (read_file_at(dirfd_, "cmdline", cmdline_buf_, kMaxAttrBytes) == 0) {
+      if (sys::read_file_at(dirfd_, "cmdline", cmdline_buf_, kMaxAttrBytes) == 0) {
         while (!cmdline_buf_.empty() && cmdline_buf_.back() == '\0') cmdline_buf_.pop_back();
         std::replace(cmdline_buf_.begin(), cmdline_buf_.end(), '\0', ' ');
         cmdline_ok_ = true;
@@ -179,17 +179,17 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
   int err = 0;
-  const UniqueFd dir = open_dir_at(proc_fd, name, err);
+  const sys::UniqueFd dir = sys::open_dir_at(proc_fd, name, err);
   if (!dir.valid()) {
     if (err != ENOENT && err != ESRCH) ++result.unreadable;
     return;
   }
-  err = read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
+  err = sys::read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
   if (err != 0) {
     if (err != ENOENT && err != ESRCH) ++result.unreadable;
     return;
   }
-  auto st = parse_stat(buf_);
+  auto st = sys::parse_stat(buf_);
   if (!st || st->pid != pid) {
     ++result.unreadable;
     return;
@@ -222,7 +222,7 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
   cached.seen = scan_count_;
 
   {
-    DirReader fds(dir.get(), "fd");
+    sys::DirReader fds(dir.get(), "fd");
     if (fds.error() == ENOENT || fds.error() == ESRCH) return;  // exited
     if (fds.error() != 0) {
       ++result.fd_denied;
@@ -230,8 +230,8 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
     }
     bool several_gpus = false;
     while (const char* fd_name = fds.next()) {
-      if (read_link_at(fds.fd(), fd_name, link_) != 0) continue;  // closed meanwhile
-      const auto dev = parse_nvidia_device(link_);
+      if (sys::read_link_at(fds.fd(), fd_name, link_) != 0) continue;  // closed meanwhile
+      const auto dev = sys::parse_nvidia_device(link_);
       if (!dev) continue;
       std::uint32_t fd_number = 0;
       const std::string_view n(fd_name);
@@ -272,13 +272,13 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
   nv_fds_.clear();
 
   int err = 0;
-  const UniqueFd proc = open_dir_at(AT_FDCWD, proc_root_.c_str(), err);
+  const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, proc_root_.c_str(), err);
   if (!proc.valid()) return errno_error("opening " + proc_root_, err);
   {
-    DirReader top(proc.get(), ".");
+    sys::DirReader top(proc.get(), ".");
     if (top.error() != 0) return errno_error("listing " + proc_root_, top.error());
     while (const char* name = top.next()) {
-      const auto pid = parse_pid_name(name);
+      const auto pid = sys::parse_pid_name(name);
       if (!pid) continue;
       ++result.scanned;
       scan_process(proc.get(), *pid, input, result);

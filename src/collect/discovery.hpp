@@ -62,9 +62,9 @@
 #include <utility>
 #include <vector>
 
-#include "collect/procfs.hpp"
 #include "common/result.hpp"
 #include "config/config.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect {
 

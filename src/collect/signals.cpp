@@ -8,7 +8,7 @@
 #include <charconv>
 #include <limits>
 
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect {
 
@@ -100,7 +100,7 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
   out.resize(pids.size());
   ++generation_;
   int err = 0;
-  const UniqueFd proc = open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
+  const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
   for (std::size_t i = 0; i < pids.size(); ++i) {
     out[i].pid = pids[i];
     if (proc.valid()) sample_one(proc.get(), pids[i], now_ns, out[i]);
@@ -112,8 +112,8 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
   });
 }
 
-int SignalSampler::read_stat(int proc_fd, const char* name, PidState* known, UniqueFd& dir,
-                             UniqueFd& fresh) {
+int SignalSampler::read_stat(int proc_fd, const char* name, PidState* known, sys::UniqueFd& dir,
+                             sys::UniqueFd& fresh) {
   if (known != nullptr && known->stat_fd.valid()) {
     const int err = pread_proc_file(known->stat_fd.get(), buf_, kMaxStatBytes);
     if (err == 0) return 0;
@@ -122,9 +122,9 @@ int SignalSampler::read_stat(int proc_fd, const char* name, PidState* known, Uni
     --open_files_;
   }
   int err = 0;
-  dir = open_dir_at(proc_fd, name, err);
+  dir = sys::open_dir_at(proc_fd, name, err);
   if (!dir.valid()) return err;
-  fresh = UniqueFd(::openat(dir.get(), "stat", O_RDONLY | O_CLOEXEC));
+  fresh = sys::UniqueFd(::openat(dir.get(), "stat", O_RDONLY | O_CLOEXEC));
   if (!fresh.valid()) return errno;
   return pread_proc_file(fresh.get(), buf_, kMaxStatBytes);
 }
@@ -141,14 +141,14 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
   auto prior = state_.find(pid);
-  UniqueFd dir;    // <proc>/<pid>, opened only when needed
-  UniqueFd fresh;  // a newly opened stat, kept below when there is room
+  sys::UniqueFd dir;    // <proc>/<pid>, opened only when needed
+  sys::UniqueFd fresh;  // a newly opened stat, kept below when there is room
   int err = read_stat(proc_fd, name, prior != state_.end() ? &prior->second : nullptr, dir, fresh);
   if (err != 0) {
     if (gone_errno(err)) drop();
     return;
   }
-  auto st = parse_stat(buf_);
+  auto st = sys::parse_stat(buf_);
   if (!st) {
     // Garbled: nothing measured this time; the state stays, so the next good sample measures
     // the interval since the last good one.
@@ -181,7 +181,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
   const auto open_dir = [&]() -> int {
     if (dir.valid()) return 0;
     int e = 0;
-    dir = open_dir_at(proc_fd, name, e);
+    dir = sys::open_dir_at(proc_fd, name, e);
     return dir.valid() ? 0 : e;
   };
 
@@ -239,17 +239,17 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
 
 int SignalSampler::read_threads(int pid_dirfd) {
   threads_.clear();
-  DirReader tasks(pid_dirfd, "task");
+  sys::DirReader tasks(pid_dirfd, "task");
   if (tasks.error() != 0) return tasks.error();
   char path[32];
   while (const char* name = tasks.next()) {
-    const auto tid = parse_pid_name(name);
+    const auto tid = sys::parse_pid_name(name);
     if (!tid) continue;
     auto [end, ec] = std::to_chars(path, path + 16, *tid);
     if (ec != std::errc()) continue;
     std::copy_n("/stat", 6, end);
-    if (read_file_at(tasks.fd(), path, buf_, kMaxStatBytes) != 0) continue;  // thread exited
-    auto st = parse_stat(buf_);
+    if (sys::read_file_at(tasks.fd(), path, buf_, kMaxStatBytes) != 0) continue;  // thread exited
+    auto st = sys::parse_stat(buf_);
     if (!st || !st->delayacct_blkio_ticks) continue;
     threads_.emplace_back(*tid, *st->delayacct_blkio_ticks);
   }
@@ -259,22 +259,23 @@ int SignalSampler::read_threads(int pid_dirfd) {
 
 std::optional<bool> SignalSampler::nccl_active(int pid_dirfd) {
   bool readable = false;
-  if (read_file_at(pid_dirfd, "maps", buf_, kMaxMapsBytes) == 0) {
+  if (sys::read_file_at(pid_dirfd, "maps", buf_, kMaxMapsBytes) == 0) {
     readable = true;
     std::string_view text = buf_;
     while (!text.empty()) {
       const std::size_t nl = text.find('\n');
       const std::string_view line = text.substr(0, nl);
       text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-      const auto path = maps_line_path(line);
-      if (path && is_nccl_mapping(*path)) return true;
+      const auto path = sys::maps_line_path(line);
+      if (path && sys::is_nccl_mapping(*path)) return true;
     }
   }
-  DirReader fds(pid_dirfd, "fd");
+  sys::DirReader fds(pid_dirfd, "fd");
   if (fds.error() == 0) {
     readable = true;
     while (const char* name = fds.next()) {
-      if (read_link_at(fds.fd(), name, link_) == 0 && is_nccl_shm_path(link_)) return true;
+      if (sys::read_link_at(fds.fd(), name, link_) == 0 && sys::is_nccl_shm_path(link_))
+        return true;
     }
   }
   if (!readable) return std::nullopt;

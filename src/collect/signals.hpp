@@ -41,8 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include "collect/procfs.hpp"
 #include "policy/task_state.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect {
 
@@ -107,7 +107,7 @@ class SignalSampler {
     std::uint32_t samples = 0;
     std::uint64_t generation = 0;
     bool threads_valid = false;
-    UniqueFd stat_fd;  // keep_files_open: the process's stat, open since its first sample
+    sys::UniqueFd stat_fd;  // keep_files_open: the process's stat, open since its first sample
   };
 
   void sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now_ns, ProcessSignals& out);
@@ -119,7 +119,8 @@ class SignalSampler {
 
   // Reads the process's stat into buf_, through the kept descriptor when there is one (then
   // `dir` stays closed), else by opening <proc>/<pid>. Returns 0 or an errno value.
-  int read_stat(int proc_fd, const char* name, PidState* known, UniqueFd& dir, UniqueFd& fresh);
+  int read_stat(int proc_fd, const char* name, PidState* known, sys::UniqueFd& dir,
+                sys::UniqueFd& fresh);
 
   SignalsOptions options_;
   std::size_t open_files_ = 0;  // kept stat descriptors

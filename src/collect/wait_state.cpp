@@ -1,10 +1,10 @@
 #include "collect/wait_state.hpp"
 
 #include <fcntl.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <charconv>
+
+#include "sys/file.hpp"
 
 namespace zernel::collect {
 
@@ -74,24 +74,18 @@ std::optional<SchedStat> parse_schedstat(std::string_view text) {
 
 std::optional<SchedStat> read_schedstat(const std::string& proc_root, std::uint32_t pid) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/schedstat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[128];
-  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  return parse_schedstat(std::string_view(buf, static_cast<std::size_t>(n)));
+  char buf[127];
+  std::size_t n = 0;
+  if (sys::read_file_into(path.c_str(), buf, n) != 0 || n == 0) return std::nullopt;
+  return parse_schedstat(std::string_view(buf, n));
 }
 
 MainThreadWait read_main_thread_wait(const std::string& proc_root, std::uint32_t pid) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/syscall";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return MainThreadWait::unknown;
-  char buf[256];
-  const ssize_t n = ::read(fd, buf, sizeof(buf) - 1);
-  ::close(fd);
-  if (n <= 0) return MainThreadWait::unknown;
-  return parse_syscall_file(std::string_view(buf, static_cast<std::size_t>(n)));
+  char buf[255];
+  std::size_t n = 0;
+  if (sys::read_file_into(path.c_str(), buf, n) != 0 || n == 0) return MainThreadWait::unknown;
+  return parse_syscall_file(std::string_view(buf, n));
 }
 
 void parse_children(std::string_view text, std::vector<std::uint32_t>& out) {
@@ -114,18 +108,9 @@ bool read_main_thread_children(const std::string& proc_root, std::uint32_t pid,
   out.clear();
   const std::string id = std::to_string(pid);
   const std::string path = proc_root + "/" + id + "/task/" + id + "/children";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
+  // A million bytes of pids is enough: a longer list is not read.
   std::string text;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    text.append(buf, static_cast<std::size_t>(n));
-    if (text.size() > (1U << 20)) break;  // a million bytes of pids: enough
-  }
-  ::close(fd);
+  if (sys::read_file_at(AT_FDCWD, path.c_str(), text, std::size_t{1} << 20) != 0) return false;
   parse_children(text, out);
   return true;
 }

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/trusted_file.hpp"
+#include "sys/trusted_file.hpp"
 
 namespace zernel::config {
 namespace {
@@ -38,14 +38,14 @@ Result<std::string> read_file(const std::string& path) {
   std::int64_t wait_ns = 0;
   for (int attempt = 0; attempt < kMaxReads; ++attempt) {
     if (wait_ns > 0) ::usleep(static_cast<useconds_t>(std::min(wait_ns, kSettleNs) / 1000));
-    auto r = read_trusted_file(path, kMaxConfigBytes);
+    auto r = sys::read_trusted_file(path, kMaxConfigBytes);
     if (!r && r.error().code() == EAGAIN) {
       wait_ns = kSettleNs;
       continue;
     }
     if (!r) return r.error();
     if (!r->has_value()) return Error(ENOENT, path + ": no such file");
-    TrustedText& t = **r;
+    sys::TrustedText& t = **r;
     const std::int64_t age = realtime_ns() - t.mtime_ns;
     if (age >= kSettleNs || age < 0) return std::move(t.text);  // (< 0: a clock set back)
     wait_ns = kSettleNs - age + 1'000'000;

@@ -1,6 +1,6 @@
 // Config -> TOML. Every key is written, defaults included, so the output is the whole effective
-// configuration and a starting point for a config file. The key order follows design.md, the
-// same order docs/configuration.md uses.
+// configuration and a starting point for a config file. The key order is the one
+// docs/configuration.md uses.
 
 #include <fmt/format.h>
 

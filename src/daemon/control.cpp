@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "daemon/ticker.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::daemon {
 namespace {
@@ -93,12 +94,10 @@ Result<sockaddr_un> unix_address(const std::string& path) {
 
 // 0 when something accepts connections at `path`, else the errno of connect().
 int probe(const sockaddr_un& addr) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno;
-  const int r = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
-  const int err = r == 0 ? 0 : errno;
-  ::close(fd);
-  return err;
+  const sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno;
+  const int r = ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  return r == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -218,10 +217,9 @@ std::string request_line(const ControlRequest& r) {
 std::optional<std::string> assign_refusal(const AssignTarget& t, std::uint32_t self_pid,
                                           bool host_pid_namespace,
                                           const std::vector<std::string>& protected_comms) {
-  constexpr std::uint32_t kPfKthread = 0x00200000;
   const std::string who = "pid " + std::to_string(t.pid) + " (" + t.comm + ")";
   if (t.pid == 1) return who + " is init: it is never assigned to a tenant";
-  if ((t.flags & kPfKthread) != 0 || (host_pid_namespace && (t.pid == 2 || t.ppid == 2))) {
+  if ((t.flags & sys::kPfKthread) != 0 || (host_pid_namespace && (t.pid == 2 || t.ppid == 2))) {
     return who + " is a kernel thread: only user processes can be assigned to a tenant";
   }
   if (t.pid == self_pid) return who + " is this zernel-scheduler daemon itself";
@@ -250,16 +248,12 @@ std::string resolve_control_socket(const std::optional<std::string>& explicit_pa
 
 // ---- server ----
 
-ControlServer::ControlServer(std::string path, int listen_fd, int epoll_fd)
-    : path_(std::move(path)), listen_fd_(listen_fd), epoll_fd_(epoll_fd) {}
+ControlServer::ControlServer(std::string path, sys::UniqueFd listen_fd, sys::UniqueFd epoll_fd)
+    : path_(std::move(path)), listen_fd_(std::move(listen_fd)), epoll_fd_(std::move(epoll_fd)) {}
 
+// The descriptors close themselves; the socket file goes with the listening one.
 ControlServer::~ControlServer() {
-  for (Client& c : clients_) ::close(c.fd);
-  if (listen_fd_ >= 0) {
-    ::close(listen_fd_);
-    ::unlink(path_.c_str());
-  }
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (listen_fd_.valid()) ::unlink(path_.c_str());
 }
 
 Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& path) {
@@ -288,57 +282,52 @@ Result<std::unique_ptr<ControlServer>> ControlServer::listen(const std::string& 
     ::unlink(path.c_str());  // stale: left by a daemon that did not exit cleanly
   }
 
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return errno_error(what + ": socket");
+  sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return errno_error(what + ": socket");
   const mode_t old_mask = ::umask(0177);  // the socket file is created 0600
-  const int b = ::bind(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr));
+  const int b = ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr));
   const int bind_err = errno;
   ::umask(old_mask);
-  if (b != 0) {
-    ::close(fd);
-    return errno_error(what + ": bind", bind_err);
-  }
+  if (b != 0) return errno_error(what + ": bind", bind_err);
   ::chmod(path.c_str(), 0600);
-  if (::listen(fd, 64) != 0) {
+  if (::listen(fd.get(), 64) != 0) {
     const int err = errno;
-    ::close(fd);
     ::unlink(path.c_str());
     return errno_error(what + ": listen", err);
   }
-  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
-  if (ep < 0) {
+  sys::UniqueFd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (!ep.valid()) {
     const int err = errno;
-    ::close(fd);
     ::unlink(path.c_str());
     return errno_error(what + ": epoll_create1", err);
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = fd;
-  ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
-  return std::unique_ptr<ControlServer>(new ControlServer(path, fd, ep));
+  ev.data.fd = fd.get();
+  ::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fd.get(), &ev);
+  return std::unique_ptr<ControlServer>(new ControlServer(path, std::move(fd), std::move(ep)));
 }
 
 void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
   epoll_event evs[64];
-  const int n = ::epoll_wait(epoll_fd_, evs, 64, 0);
+  const int n = ::epoll_wait(epoll_fd_.get(), evs, 64, 0);
   for (int i = 0; i < n; ++i) {
     const int fd = evs[i].data.fd;
-    if (fd == listen_fd_) {
+    if (fd == listen_fd_.get()) {
       accept_all(now_ns);
       continue;
     }
     auto it = std::find_if(clients_.begin(), clients_.end(),
-                           [fd](const Client& c) { return c.fd == fd; });
+                           [fd](const Client& c) { return c.fd.get() == fd; });
     if (it == clients_.end()) continue;
     if (it->draining) {
       // Closing with unread input would reset the connection before the peer reads the reply.
       char sink[4096];
       ssize_t r = 0;
-      while ((r = ::read(it->fd, sink, sizeof(sink))) > 0) {
+      while ((r = ::read(it->fd.get(), sink, sizeof(sink))) > 0) {
       }
       if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        close_client(it->fd);
+        close_client(it->fd.get());
       }
     } else if (it->replying) {
       on_writable(*it);
@@ -351,13 +340,12 @@ void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
 
 void ControlServer::expire(std::uint64_t now_ns) {
   for (Client& c : clients_) {
-    if (c.fd >= 0 && now_ns > c.since_ns && now_ns - c.since_ns > kClientTimeoutNs) {
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-      ::close(c.fd);
-      c.fd = -1;
+    if (c.fd.valid() && now_ns > c.since_ns && now_ns - c.since_ns > kClientTimeoutNs) {
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+      c.fd.reset();
     }
   }
-  std::erase_if(clients_, [](const Client& c) { return c.fd < 0; });
+  std::erase_if(clients_, [](const Client& c) { return !c.fd.valid(); });
 }
 
 namespace {
@@ -365,58 +353,55 @@ namespace {
 // A refused peer gets its one-line answer without waiting for it (a socket buffer always takes
 // a line) and is closed at once: it never holds a slot. Its pending input is read first, so that
 // the close does not turn into a reset that could destroy the answer.
-void refuse_now(int fd, const json& reply) {
+void refuse_now(sys::UniqueFd fd, const json& reply) {
   std::string line = reply.dump(-1, ' ', false, json::error_handler_t::replace);
   line.push_back('\n');
-  (void)::send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  ::shutdown(fd, SHUT_WR);
+  (void)::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd.get(), SHUT_WR);
   char sink[4096];
-  (void)::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
-  ::close(fd);
+  (void)::recv(fd.get(), sink, sizeof(sink), MSG_DONTWAIT);
 }
 
 }  // namespace
 
 void ControlServer::accept_all(std::uint64_t now_ns) {
   for (int k = 0; k < 64; ++k) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or an error we cannot act on
+    sys::UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) return;  // EAGAIN, or an error we cannot act on
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
       ++refused_;
-      refuse_now(fd, error_reply("permission denied: cannot read the peer's credentials"));
+      refuse_now(std::move(fd),
+                 error_reply("permission denied: cannot read the peer's credentials"));
       continue;
     }
     if (cred.uid != 0) {
       ++refused_;
-      refuse_now(fd, error_reply("permission denied: uid " + std::to_string(cred.uid) +
-                                 " is not root; the control socket accepts only uid 0"));
+      refuse_now(std::move(fd), error_reply("permission denied: uid " + std::to_string(cred.uid) +
+                                            " is not root; the control socket accepts only uid 0"));
       continue;
     }
     if (clients_.size() >= kMaxClients) {
       // Root's new client wins over the oldest one still waiting for its request.
       auto oldest = clients_.end();
       for (auto it = clients_.begin(); it != clients_.end(); ++it) {
-        if (it->fd < 0 || it->replying) continue;
+        if (!it->fd.valid() || it->replying) continue;
         if (oldest == clients_.end() || it->since_ns < oldest->since_ns) oldest = it;
       }
       if (oldest == clients_.end()) {
-        refuse_now(fd, error_reply("busy: too many control connections"));
+        refuse_now(std::move(fd), error_reply("busy: too many control connections"));
         continue;
       }
-      close_client(oldest->fd);
-      std::erase_if(clients_, [](const Client& c) { return c.fd < 0; });
+      close_client(oldest->fd.get());
+      std::erase_if(clients_, [](const Client& c) { return !c.fd.valid(); });
     }
     epoll_event ev{};
     ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
-      ::close(fd);
-      continue;
-    }
+    ev.data.fd = fd.get();
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) continue;
     Client c;
-    c.fd = fd;
+    c.fd = std::move(fd);
     c.since_ns = now_ns;
     clients_.push_back(std::move(c));
   }
@@ -426,16 +411,16 @@ void ControlServer::on_readable(Client& c, const Handler& handler) {
   char buf[1024];
   for (;;) {
     const std::size_t room = kMaxRequestBytes + 1 - c.in.size();
-    const ssize_t r = ::read(c.fd, buf, std::min(sizeof(buf), room));
+    const ssize_t r = ::read(c.fd.get(), buf, std::min(sizeof(buf), room));
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      close_client(c.fd);
+      close_client(c.fd.get());
       return;
     }
     if (r == 0) {  // EOF: the request is what came, if anything
       if (c.in.empty()) {
-        close_client(c.fd);
+        close_client(c.fd.get());
         return;
       }
       break;
@@ -473,15 +458,15 @@ void ControlServer::reply(Client& c, const json& j) {
   c.replying = true;
   epoll_event ev{};
   ev.events = EPOLLOUT;
-  ev.data.fd = c.fd;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  ev.data.fd = c.fd.get();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
   on_writable(c);
 }
 
 void ControlServer::on_writable(Client& c) {
   while (c.written < c.out.size()) {
     const ssize_t w =
-        ::send(c.fd, c.out.data() + c.written, c.out.size() - c.written, MSG_NOSIGNAL);
+        ::send(c.fd.get(), c.out.data() + c.written, c.out.size() - c.written, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -490,23 +475,22 @@ void ControlServer::on_writable(Client& c) {
     c.written += static_cast<std::size_t>(w);
   }
   if (c.written < c.out.size()) {  // the peer went away
-    close_client(c.fd);
+    close_client(c.fd.get());
     return;
   }
-  ::shutdown(c.fd, SHUT_WR);
+  ::shutdown(c.fd.get(), SHUT_WR);
   c.draining = true;
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = c.fd;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  ev.data.fd = c.fd.get();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
 }
 
 void ControlServer::close_client(int fd) {
   for (Client& c : clients_) {
-    if (c.fd == fd) {
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-      ::close(fd);
-      c.fd = -1;  // erased at the end of service()
+    if (c.fd.valid() && c.fd.get() == fd) {
+      ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr);
+      c.fd.reset();  // erased at the end of service()
     }
   }
 }
@@ -518,20 +502,18 @@ Result<json> control_call(const std::string& path, const std::string& request_li
   const std::string where = "cannot reach the daemon at " + path;
   auto addr = unix_address(path);
   if (!addr) return addr.error().context(where);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errno_error(where);
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return errno_error(where, err);
+  const sys::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno_error(where);
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(*addr)) != 0) {
+    return errno_error(where);
   }
-  set_nonblock_cloexec(fd);
+  set_nonblock_cloexec(fd.get());
   const std::uint64_t timeout_ns = std::uint64_t{1'000'000} * static_cast<unsigned>(std::max(timeout_ms, 0));
   const std::uint64_t deadline = monotonic_now_ns() + timeout_ns;
   auto wait_for = [&](short events) -> bool {
     const std::uint64_t now = monotonic_now_ns();
     if (now >= deadline) return false;
-    pollfd p{fd, events, 0};
+    pollfd p{fd.get(), events, 0};
     return ::poll(&p, 1, static_cast<int>((deadline - now) / std::uint64_t{1'000'000}) + 1) > 0;
   };
   std::string req = request_line;
@@ -540,7 +522,7 @@ Result<json> control_call(const std::string& path, const std::string& request_li
   // A refused peer may be answered (and closed) before the request is read: a failed send is
   // not fatal as long as a reply can be read.
   while (sent < req.size()) {
-    const ssize_t w = ::send(fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+    const ssize_t w = ::send(fd.get(), req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
       if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_for(POLLOUT)) continue;
@@ -552,7 +534,7 @@ Result<json> control_call(const std::string& path, const std::string& request_li
   char buf[65536];
   constexpr std::size_t kMaxReply = 256U << 20;
   for (;;) {
-    const ssize_t r = ::read(fd, buf, sizeof(buf));
+    const ssize_t r = ::read(fd.get(), buf, sizeof(buf));
     if (r > 0) {
       in.append(buf, static_cast<std::size_t>(r));
       if (in.size() > kMaxReply) break;
@@ -562,15 +544,11 @@ Result<json> control_call(const std::string& path, const std::string& request_li
     if (errno == EINTR) continue;
     if ((errno == EAGAIN || errno == EWOULDBLOCK)) {
       if (wait_for(POLLIN)) continue;
-      ::close(fd);
       return Error(ETIMEDOUT, "no reply from the daemon at " + path + " within " +
                                   std::to_string(timeout_ms) + " ms");
     }
-    const int err = errno;
-    ::close(fd);
-    return errno_error("reading the reply from " + path, err);
+    return errno_error("reading the reply from " + path);
   }
-  ::close(fd);
   if (const std::size_t nl = in.find('\n'); nl != std::string::npos) in.resize(nl);
   if (in.empty()) return Error(EPROTO, "the daemon at " + path + " closed without a reply");
   json j = json::parse(in, nullptr, false);

@@ -33,6 +33,7 @@
 
 #include "common/result.hpp"
 #include "policy/tenant.hpp"
+#include "sys/unique_fd.hpp"
 
 namespace zernel::daemon {
 
@@ -99,7 +100,7 @@ class ControlServer {
   ControlServer& operator=(const ControlServer&) = delete;
 
   // Readable (poll/epoll) when service() has something to do.
-  [[nodiscard]] int fd() const { return epoll_fd_; }
+  [[nodiscard]] int fd() const { return epoll_fd_.get(); }
   [[nodiscard]] const std::string& path() const { return path_; }
 
   // Non-blocking: accepts, reads, runs complete requests through `handler`, writes replies, and
@@ -117,7 +118,7 @@ class ControlServer {
 
  private:
   struct Client {
-    int fd = -1;
+    sys::UniqueFd fd;
     std::uint64_t since_ns = 0;
     std::string in;
     std::string out;
@@ -125,7 +126,7 @@ class ControlServer {
     bool replying = false;
     bool draining = false;  // reply sent: discard input until the peer's EOF, then close
   };
-  ControlServer(std::string path, int listen_fd, int epoll_fd);
+  ControlServer(std::string path, sys::UniqueFd listen_fd, sys::UniqueFd epoll_fd);
   void accept_all(std::uint64_t now_ns);
   void on_readable(Client& c, const Handler& handler);
   void on_writable(Client& c);
@@ -133,8 +134,8 @@ class ControlServer {
   void close_client(int fd);
 
   std::string path_;
-  int listen_fd_ = -1;
-  int epoll_fd_ = -1;
+  sys::UniqueFd listen_fd_;
+  sys::UniqueFd epoll_fd_;
   std::vector<Client> clients_;
   std::uint64_t requests_ = 0;
   std::uint64_t refused_ = 0;

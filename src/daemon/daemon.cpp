@@ -9,12 +9,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "collect/procfs.hpp"
-#include "collect/topology_reader.hpp"
 #include "common/fd_budget.hpp"
 #include "daemon/signals.hpp"
 #include "daemon/ticker.hpp"
 #include "enforce/userspace/restore.hpp"
+#include "sys/procfs.hpp"
+#include "sys/topology_reader.hpp"
+#include "sys/unique_fd.hpp"
 #include "telemetry/snapshot.hpp"
 
 namespace zernel::daemon {
@@ -26,7 +27,7 @@ enforce::BackendSettings backend_settings(const config::Config& cfg) {
 }
 
 policy::Topology read_topology_or_single(const DaemonOptions& opts) {
-  auto info = collect::read_topology(opts.sys_root, opts.proc_root);
+  auto info = sys::read_topology(opts.sys_root, opts.proc_root);
   if (!info) {
     spdlog::warn("topology: {}; assuming one node with one CPU", info.error().message());
     return policy::Topology::single_node(1);
@@ -64,8 +65,8 @@ void replay_userspace_journal(const std::string& proc_root) {
 }
 
 // kernel.task_delayacct's original in the settings journal (none without a journal).
-collect::DelayAcctJournal delayacct_journal(const std::shared_ptr<enforce::SettingsJournal>& journal) {
-  collect::DelayAcctJournal j;
+sys::DelayAcctJournal delayacct_journal(const std::shared_ptr<enforce::SettingsJournal>& journal) {
+  sys::DelayAcctJournal j;
   if (!journal) return j;
   j.record = [journal](bool original) {
     enforce::SettingsOriginals o;
@@ -77,7 +78,7 @@ collect::DelayAcctJournal delayacct_journal(const std::shared_ptr<enforce::Setti
     o.delayacct = false;  // names the setting; the value does not matter
     return journal->forget(o);
   };
-  // Shared with any other daemon on this machine (collect/delayacct_share.hpp).
+  // Shared with any other daemon on this machine (sys/delayacct_share.hpp).
   j.holders_path = enforce::delayacct_holders_path();
   return j;
 }
@@ -90,7 +91,7 @@ class WakeSet {
   static Result<WakeSet> make(int stop_fd, int reload_fd, int control_fd) {
     WakeSet w(stop_fd);
     if (reload_fd < 0 && control_fd < 0) return w;
-    w.epoll_ = collect::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+    w.epoll_ = sys::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
     if (!w.epoll_.valid()) return errno_error("epoll_create1");
     for (int fd : {stop_fd, reload_fd, control_fd}) {
       if (fd < 0) continue;
@@ -114,7 +115,7 @@ class WakeSet {
  private:
   explicit WakeSet(int stop_fd) : stop_fd_(stop_fd) {}
   int stop_fd_;
-  collect::UniqueFd epoll_;
+  sys::UniqueFd epoll_;
 };
 
 }  // namespace
@@ -176,7 +177,7 @@ Result<void> Daemon::start() {
 void Daemon::start_runtime_control() {
   // pid 2 is kthreadd only in the initial pid namespace (our /proc's pid 1 has ppid 0 there
   // and so does pid 2); in a container's namespace it is an ordinary process.
-  const auto kthreadd = collect::read_stat(opts_.proc_root, 2);
+  const auto kthreadd = sys::read_stat(opts_.proc_root, 2);
   RuntimeControlOptions o;
   o.self_pid = static_cast<std::uint32_t>(::getpid());
   o.host_pid_namespace = kthreadd && kthreadd->is_kernel_thread();
@@ -185,7 +186,7 @@ void Daemon::start_runtime_control() {
 }
 
 void Daemon::open_nvml() {
-  auto nvml = collect::Nvml::load(opts_.nvml_library);
+  auto nvml = sys::Nvml::load(opts_.nvml_library);
   if (!nvml) {
     spdlog::warn("{}", nvml.error().message());
     return;
@@ -275,7 +276,7 @@ Result<void> Daemon::open_machine_settings() {
 }
 
 void Daemon::enable_delay_accounting(const std::shared_ptr<enforce::SettingsJournal>& journal) {
-  auto acct = collect::DelayAcctGuard::enable(opts_.proc_root, delayacct_journal(journal));
+  auto acct = sys::DelayAcctGuard::enable(opts_.proc_root, delayacct_journal(journal));
   collect::SignalsOptions sig;
   sig.proc_root = opts_.proc_root;
   if (acct) {
@@ -417,7 +418,7 @@ telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
 telemetry::Snapshot Daemon::status_snapshot() { return snapshot(monotonic_now_ns()); }
 
 std::optional<LiveProcess> Daemon::live_process(std::uint32_t pid) {
-  auto stat = collect::read_stat(opts_.proc_root, pid);
+  auto stat = sys::read_stat(opts_.proc_root, pid);
   if (!stat || stat->is_dead()) return std::nullopt;
   return LiveProcess{stat->ppid, stat->flags, stat->comm, stat->starttime_ticks};
 }

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include "collect/cpu_load.hpp"
-#include "collect/delayacct.hpp"
 #include "collect/discovery.hpp"
-#include "collect/nvml.hpp"
 #include "collect/signals.hpp"
+#include "sys/delayacct.hpp"
+#include "sys/nvml.hpp"
 #ifdef ZERNEL_HAVE_PROBES
 #include "collect/probes/gpu_sync_probes.hpp"
 #endif
@@ -142,7 +142,7 @@ class Daemon final : private ControlHost {
   DaemonOptions opts_;
   policy::Engine engine_;
   BackendSupervisor backend_;
-  std::unique_ptr<collect::Nvml> nvml_;
+  std::unique_ptr<sys::Nvml> nvml_;
   std::unique_ptr<enforce::PowerManager> power_;  // after nvml_: destroyed (restoring) first
   telemetry::LatencyHistogram decision_latency_;
   std::uint64_t last_decision_ns_ = 0;
@@ -151,7 +151,7 @@ class Daemon final : private ControlHost {
     ++stats_.collector_errors;
     ++collector_errors_[collector];
   }
-  std::optional<collect::DelayAcctGuard> delayacct_;
+  std::optional<sys::DelayAcctGuard> delayacct_;
   collect::ProcessDiscovery discovery_;
   collect::SignalSampler signals_;
   collect::CpuLoadSampler cpu_load_;

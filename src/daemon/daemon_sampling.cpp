@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include "collect/procfs.hpp"
 #include "collect/sync_signals.hpp"
 #include "collect/wait_state.hpp"
 #ifdef ZERNEL_HAVE_PROBES
@@ -14,6 +13,7 @@
 #endif
 #include "daemon/daemon.hpp"
 #include "daemon/ticker.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::daemon {
 
@@ -142,7 +142,7 @@ void Daemon::mark_worker_owners(const collect::DiscoveryResult& scan) {
 void Daemon::refresh_gpu_utilization() {
   proc_util_.clear();
   proc_util_ok_ = !nvml_->devices().empty();
-  for (const collect::GpuDevice& dev : nvml_->devices()) {
+  for (const sys::GpuDevice& dev : nvml_->devices()) {
     if (auto u = nvml_->utilization(dev.index)) {
       if (dev.index < device_util_.size()) device_util_[dev.index] = u->gpu_percent;
     }

@@ -9,40 +9,20 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <utility>
+
+#include "sys/file.hpp"
 
 namespace zernel::enforce {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<std::uint32_t> read_khz(const std::string& path) {
-  std::ifstream in(path);
-  unsigned long long v = 0;
-  if (!(in >> v) || v > UINT32_MAX) return std::nullopt;
-  return static_cast<std::uint32_t>(v);
-}
-
-Result<void> write_value(const std::string& path, std::uint32_t value) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd < 0) return Error(errno, fmt::format("{}: {}", path, std::strerror(errno)));
-  const std::string text = std::to_string(value) + "\n";
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    return Error(n < 0 ? err : EIO, fmt::format("writing {} to {}: {}", value, path,
-                                                n < 0 ? std::strerror(err) : "short write"));
-  }
-  return Ok{};
-}
-
 std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
 
 }  // namespace
 
-PowerManager::PowerManager(PowerOptions opts, collect::Nvml* nvml,
+PowerManager::PowerManager(PowerOptions opts, sys::Nvml* nvml,
                            std::shared_ptr<SettingsJournal> journal)
     : opts_(std::move(opts)), nvml_(nvml), journal_(std::move(journal)) {
   if (opts_.manage_gpu) read_gpus();
@@ -58,7 +38,7 @@ void PowerManager::read_gpus() {
     spdlog::warn("power: no NVML: GPU clocks and power limits are not managed");
     return;
   }
-  for (const collect::GpuDevice& dev : nvml_->devices()) {
+  for (const sys::GpuDevice& dev : nvml_->devices()) {
     auto clocks = nvml_->clocks(dev.index);
     auto limits = nvml_->power_limits(dev.index);
     if (!clocks || !limits) {
@@ -91,9 +71,9 @@ void PowerManager::read_cpus() {
     return x.size() != y.size() ? x.size() < y.size() : x < y;  // policy2 before policy10
   });
   for (const fs::path& dir : dirs) {
-    const auto cur = read_khz((dir / "scaling_max_freq").string());
-    const auto min = read_khz((dir / "cpuinfo_min_freq").string());
-    const auto max = read_khz((dir / "cpuinfo_max_freq").string());
+    const auto cur = sys::read_u32((dir / "scaling_max_freq").string());
+    const auto min = sys::read_u32((dir / "cpuinfo_min_freq").string());
+    const auto max = sys::read_u32((dir / "cpuinfo_max_freq").string());
     if (!cur || !min || !max || *min == 0 || *min > *max) {
       spdlog::warn(
           "power: {} is not managed: cannot read scaling_max_freq, cpuinfo_min_freq "
@@ -227,7 +207,7 @@ Result<void> PowerManager::set_cpu(CpuPolicy& c, std::uint32_t khz, const char* 
     if (khz != c.original_khz && !journal_originals()) {
       return Error(EAGAIN, "power: the originals are not journaled");
     }
-    if (auto r = write_value(c.dir + "/scaling_max_freq", khz); !r) {
+    if (auto r = sys::write_file(c.dir + "/scaling_max_freq", std::to_string(khz) + "\n"); !r) {
       ++errors_;
       if (!c.warned) spdlog::warn("power: {}", r.error().message());
       c.warned = true;
@@ -295,8 +275,8 @@ Result<void> PowerManager::restore() {
   return Error(code, msg);
 }
 
-std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg,
-                                                 collect::Nvml* nvml, const std::string& sys_root,
+std::unique_ptr<PowerManager> make_power_manager(const config::PowerConfig& cfg, sys::Nvml* nvml,
+                                                 const std::string& sys_root,
                                                  std::shared_ptr<SettingsJournal> journal) {
   if (!cfg.enabled) return nullptr;
   PowerOptions opts;

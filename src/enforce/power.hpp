@@ -1,5 +1,5 @@
 #pragma once
-// Power management (design.md section 1, off by default: [power] in the config): every GPU's SM
+// Power management (off by default: [power] in the config, docs/configuration.md): every GPU's SM
 // clock and power limit through NVML, and the CPUs' maximum frequency through cpufreq sysfs,
 // follow the dominant phase of the GPU tasks (policy/power_policy.hpp).
 //
@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "collect/nvml.hpp"
 #include "common/result.hpp"
 #include "config/config.hpp"
 #include "enforce/settings_journal.hpp"
 #include "policy/engine.hpp"
 #include "policy/power_policy.hpp"
+#include "sys/nvml.hpp"
 
 namespace zernel::enforce {
 
@@ -51,7 +51,7 @@ class PowerManager {
  public:
   // Reads the originals. `nvml` may be null (no GPU to manage), and `journal` (then a killed
   // daemon's changes stay). Never fails: what cannot be read is not managed, with one warning each.
-  PowerManager(PowerOptions opts, collect::Nvml* nvml,
+  PowerManager(PowerOptions opts, sys::Nvml* nvml,
                std::shared_ptr<SettingsJournal> journal = nullptr);
   ~PowerManager();
   PowerManager(const PowerManager&) = delete;
@@ -76,8 +76,8 @@ class PowerManager {
     std::uint32_t index = 0;
     std::string bus_id;
     std::uint32_t sm_max = 0;                    // MHz
-    collect::ApplicationClocks original_clocks;  // application clocks before
-    collect::PowerLimits limits;                 // current = the original limit
+    sys::ApplicationClocks original_clocks;      // application clocks before
+    sys::PowerLimits limits;                     // current = the original limit
     policy::GpuPowerTarget applied;              // what this object last set (full: originals)
     bool warned = false;
   };
@@ -103,7 +103,7 @@ class PowerManager {
   [[nodiscard]] std::uint32_t power_mw_of(const Gpu& g, const policy::GpuPowerTarget& t) const;
 
   PowerOptions opts_;
-  collect::Nvml* nvml_;
+  sys::Nvml* nvml_;
   std::shared_ptr<SettingsJournal> journal_;
   bool journaled_ = false;  // the originals are in journal_
   bool journal_warned_ = false;
@@ -115,7 +115,7 @@ class PowerManager {
 // The daemon's hooks. make_power_manager: nullptr when [power] enabled = false (logs what it will
 // manage otherwise). apply_power: plans from the engine's tasks and applies; nothing when null.
 std::unique_ptr<PowerManager> make_power_manager(
-    const config::PowerConfig& cfg, collect::Nvml* nvml, const std::string& sys_root,
+    const config::PowerConfig& cfg, sys::Nvml* nvml, const std::string& sys_root,
     std::shared_ptr<SettingsJournal> journal = nullptr);
 void apply_power(PowerManager* power, const policy::Engine& engine);
 

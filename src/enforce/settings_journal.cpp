@@ -9,12 +9,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
-#include "collect/delayacct.hpp"
-#include "collect/delayacct_share.hpp"
-#include "collect/procfs.hpp"
-#include "common/journal_file.hpp"
+#include "sys/delayacct.hpp"
+#include "sys/delayacct_share.hpp"
+#include "sys/file.hpp"
+#include "sys/journal_file.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::enforce {
 namespace {
@@ -31,33 +31,12 @@ std::string cpufreq_file(const std::string& sys_root, const std::string& policy)
   return sys_root + "/devices/system/cpu/cpufreq/" + policy + "/scaling_max_freq";
 }
 
-std::optional<std::uint32_t> read_khz(const std::string& path) {
-  std::ifstream in(path);
-  unsigned long long v = 0;
-  if (!(in >> v) || v > UINT32_MAX) return std::nullopt;
-  return static_cast<std::uint32_t>(v);
-}
-
-Result<void> write_khz(const std::string& path, std::uint32_t khz) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd < 0) return errno_error("writing " + path);
-  const std::string text = std::to_string(khz) + "\n";
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  const int err = errno;
-  ::close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    return n < 0 ? errno_error("writing " + path, err)
-                 : Error(EIO, "writing " + path + ": short write");
-  }
-  return Ok{};
-}
-
 std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
 
 // Puts one GPU's application clocks and power limit back. Clocks at the driver's defaults are
 // reset rather than pinned, as Nvml::restore does. The Nvml forgets the change afterwards: these
 // values are the originals, not something this daemon has to undo at its exit.
-Result<void> restore_gpu(collect::Nvml& nvml, std::uint32_t device, const GpuOriginal& g) {
+Result<void> restore_gpu(sys::Nvml& nvml, std::uint32_t device, const GpuOriginal& g) {
   auto clocks_before = nvml.clocks(device);
   auto limits_before = nvml.power_limits(device);
   auto defaults = nvml.default_application_clocks(device);
@@ -123,10 +102,10 @@ std::string format_settings_journal(const SettingsJournalFile& j) {
   const SettingsOriginals& o = j.originals;
   if (o.delayacct) out += fmt::format("delayacct {}\n", *o.delayacct ? 1 : 0);
   for (const CpufreqOriginal& c : o.cpufreq) {
-    out += fmt::format("cpufreq {} {}\n", hex_encode(c.policy), c.khz);
+    out += fmt::format("cpufreq {} {}\n", sys::hex_encode(c.policy), c.khz);
   }
   for (const GpuOriginal& g : o.gpus) {
-    out += fmt::format("gpu {} {} {} {} {}\n", g.index, hex_encode(g.bus_id), g.clocks.mem_mhz,
+    out += fmt::format("gpu {} {} {} {} {}\n", g.index, sys::hex_encode(g.bus_id), g.clocks.mem_mhz,
                        g.clocks.sm_mhz, g.power_limit_mw);
   }
   out += "end\n";
@@ -141,8 +120,8 @@ Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
       if (f.size() != 3) return "expected: owner PID START";
-      auto pid = parse_number<std::uint32_t>(f[1]);
-      auto start = parse_number<std::uint64_t>(f[2]);
+      auto pid = sys::parse_number<std::uint32_t>(f[1]);
+      auto start = sys::parse_number<std::uint64_t>(f[2]);
       if (!pid || *pid == 0 || !start) return "bad owner pid or start time";
       j.owner_pid = *pid;
       j.owner_start = *start;
@@ -155,8 +134,8 @@ Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
       o.delayacct = f[1] == "1";
     } else if (kind == "cpufreq") {
       if (f.size() != 3) return "expected: cpufreq POLICY KHZ";
-      auto policy = hex_decode(f[1]);
-      auto khz = parse_number<std::uint32_t>(f[2]);
+      auto policy = sys::hex_decode(f[1]);
+      auto khz = sys::parse_number<std::uint32_t>(f[2]);
       if (!policy || !valid_policy(*policy)) return "bad cpufreq policy name";
       if (!khz || *khz == 0) return "bad frequency";
       if (std::any_of(o.cpufreq.begin(), o.cpufreq.end(),
@@ -166,13 +145,13 @@ Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
       o.cpufreq.push_back(CpufreqOriginal{std::move(*policy), *khz});
     } else if (kind == "gpu") {
       if (f.size() != 6) return "expected: gpu INDEX BUS_ID MEM_MHZ SM_MHZ POWER_MW";
-      auto index = parse_number<std::uint32_t>(f[1]);
-      auto bus = hex_decode(f[2]);
-      auto mem = parse_number<std::uint32_t>(f[3]);
-      auto sm = parse_number<std::uint32_t>(f[4]);
-      auto mw = parse_number<std::uint32_t>(f[5]);
+      auto index = sys::parse_number<std::uint32_t>(f[1]);
+      auto bus = sys::hex_decode(f[2]);
+      auto mem = sys::parse_number<std::uint32_t>(f[3]);
+      auto sm = sys::parse_number<std::uint32_t>(f[4]);
+      auto mw = sys::parse_number<std::uint32_t>(f[5]);
       if (!index) return "bad GPU index";
-      if (!bus || !collect::normalize_bus_id(*bus) || *collect::normalize_bus_id(*bus) != *bus) {
+      if (!bus || !sys::normalize_bus_id(*bus) || *sys::normalize_bus_id(*bus) != *bus) {
         return "bad PCI bus id";
       }
       if (!mem || !sm || !mw || *mem == 0 || *sm == 0 || *mw == 0) {
@@ -188,18 +167,18 @@ Result<SettingsJournalFile> parse_settings_journal(std::string_view text) {
     }
     return std::nullopt;
   };
-  auto parsed = parse_journal_text(text, kMagic, "not a zernel settings journal (version 1)",
-                                   record, [&] { return have_owner; });
+  auto parsed = sys::parse_journal_text(text, kMagic, "not a zernel settings journal (version 1)",
+                                        record, [&] { return have_owner; });
   if (!parsed) return parsed.error();
   return j;
 }
 
 Result<void> write_settings_journal(const std::string& path, const SettingsJournalFile& j) {
-  return write_file_atomically(path, format_settings_journal(j));
+  return sys::write_file_atomically(path, format_settings_journal(j));
 }
 
 Result<std::optional<SettingsJournalFile>> read_settings_journal(const std::string& path) {
-  auto text = read_whole_file(path);
+  auto text = sys::read_whole_file(path);
   if (!text) return text.error();
   if (!text->has_value()) return std::optional<SettingsJournalFile>{};
   auto j = parse_settings_journal(**text);
@@ -208,17 +187,17 @@ Result<std::optional<SettingsJournalFile>> read_settings_journal(const std::stri
 }
 
 bool process_running(const std::string& proc_root, std::uint32_t pid, std::uint64_t start) {
-  auto st = collect::read_stat(proc_root, pid);
+  auto st = sys::read_stat(proc_root, pid);
   return st && st->starttime_ticks == start && !st->is_dead();
 }
 
 std::uint64_t own_start_time(const std::string& proc_root) {
-  auto st = collect::read_stat(proc_root, static_cast<std::uint32_t>(::getpid()));
+  auto st = sys::read_stat(proc_root, static_cast<std::uint32_t>(::getpid()));
   return st ? st->starttime_ticks : 0;
 }
 
 Result<void> recover_settings(const std::string& journal_path, const std::string& proc_root,
-                              const std::string& sys_root, collect::Nvml* nvml) {
+                              const std::string& sys_root, sys::Nvml* nvml) {
   auto read = read_settings_journal(journal_path);
   if (!read && read.error().code() == EINVAL) {
     return Error(EINVAL,
@@ -240,8 +219,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   std::size_t restored = 0;
   SettingsOriginals kept;
   const SettingsOriginals& o = j.originals;
-  auto held = o.delayacct ? collect::delayacct_held_by_others(
-                                delayacct_holders_path(), proc_root)
+  auto held = o.delayacct ? sys::delayacct_held_by_others(delayacct_holders_path(), proc_root)
                           : Result<bool>(false);
   if (o.delayacct && held && *held) {
     spdlog::info("settings journal: kernel.task_delayacct left on: another zernel-scheduler "
@@ -249,7 +227,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
                  *o.delayacct ? 1 : 0);
     ++restored;
   } else if (o.delayacct) {
-    if (auto r = collect::write_task_delayacct(proc_root, *o.delayacct); r) {
+    if (auto r = sys::write_task_delayacct(proc_root, *o.delayacct); r) {
       spdlog::info("settings journal: restored kernel.task_delayacct to {}", *o.delayacct ? 1 : 0);
       ++restored;
     } else {
@@ -259,8 +237,8 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   }
   for (const CpufreqOriginal& c : o.cpufreq) {
     const std::string file = cpufreq_file(sys_root, c.policy);
-    const auto before = read_khz(file);
-    if (auto r = write_khz(file, c.khz); r) {
+    const auto before = sys::read_u32(file);
+    if (auto r = sys::write_file(file, std::to_string(c.khz) + "\n"); r) {
       spdlog::info("settings journal: restored CPU max frequency ({}) {} -> {} kHz", c.policy,
                    before ? std::to_string(*before) : "?", c.khz);
       ++restored;
@@ -278,9 +256,8 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   } else {
     for (const GpuOriginal& g : o.gpus) {
       const auto& devs = nvml->devices();
-      const auto dev = std::find_if(devs.begin(), devs.end(), [&](const collect::GpuDevice& d) {
-        return d.bus_id == g.bus_id;
-      });
+      const auto dev = std::find_if(devs.begin(), devs.end(),
+                                    [&](const sys::GpuDevice& d) { return d.bus_id == g.bus_id; });
       if (dev == devs.end()) {
         spdlog::warn("settings journal: GPU {} ({}) not restored: no GPU with that bus id", g.index,
                      g.bus_id);
@@ -296,7 +273,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
   }
   spdlog::info("restored {} settings left by daemon {} (not stopped cleanly)", restored,
                j.owner_pid);
-  if (kept.empty()) return remove_file(journal_path);
+  if (kept.empty()) return sys::remove_file(journal_path);
   SettingsJournalFile rest = j;
   rest.originals = std::move(kept);
   return write_settings_journal(journal_path, rest);
@@ -344,7 +321,7 @@ Result<void> SettingsJournal::replace(SettingsOriginals next) {
 }
 
 Result<void> SettingsJournal::write() {
-  if (originals_.empty()) return remove_file(path_);
+  if (originals_.empty()) return sys::remove_file(path_);
   SettingsJournalFile f;
   f.owner_pid = static_cast<std::uint32_t>(::getpid());
   f.owner_start = own_start_;

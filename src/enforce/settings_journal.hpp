@@ -1,11 +1,11 @@
 #pragma once
 // The journal of the machine-wide settings the daemon changes besides scheduling, so that a
 // daemon killed with SIGKILL (or one that crashed) leaves nothing the next start cannot undo:
-// kernel.task_delayacct (collect/delayacct.hpp) and, with [power] enabled, each GPU's application
+// kernel.task_delayacct (sys/delayacct.hpp) and, with [power] enabled, each GPU's application
 // clocks and power limit and each cpufreq policy's scaling_max_freq (enforce/power.hpp).
 //
 // Before the first change of a setting, its original is in the journal on disk (written whole,
-// atomically: common/journal_file.hpp). After a clean exit restored a setting, its entry goes; the
+// atomically: sys/journal_file.hpp). After a clean exit restored a setting, its entry goes; the
 // file goes with the last entry, and stays when a restore failed, so that the next start retries.
 // At the next start recover_settings() reads the journal of a daemon that is no longer running
 // (the same pid with another start time is another process), puts every original back, logs each
@@ -33,8 +33,8 @@
 #include <string_view>
 #include <vector>
 
-#include "collect/nvml.hpp"
 #include "common/result.hpp"
+#include "sys/nvml.hpp"
 
 namespace zernel::enforce {
 
@@ -43,7 +43,7 @@ inline constexpr const char* kDefaultSettingsJournal = "/run/zernel/settings.jou
 
 // $ZERNEL_SETTINGS_JOURNAL when set and not empty, else kDefaultSettingsJournal.
 std::string settings_journal_path();
-// The kernel.task_delayacct holders file (collect/delayacct_share.hpp): one per machine, whatever
+// The kernel.task_delayacct holders file (sys/delayacct_share.hpp): one per machine, whatever
 // journal a daemon uses; $ZERNEL_DELAYACCT_HOLDERS when set and not empty, else
 // kDefaultDelayAcctHolders.
 inline constexpr const char* kDelayAcctHoldersEnv = "ZERNEL_DELAYACCT_HOLDERS";
@@ -59,7 +59,7 @@ struct CpufreqOriginal {
 struct GpuOriginal {
   std::uint32_t index = 0;  // NVML's index when recorded; the bus id identifies the GPU
   std::string bus_id;       // sysfs form, "0000:1b:00.0"
-  collect::ApplicationClocks clocks;
+  sys::ApplicationClocks clocks;
   std::uint32_t power_limit_mw = 0;
   bool operator==(const GpuOriginal&) const = default;
 };
@@ -110,12 +110,12 @@ std::uint64_t own_start_time(const std::string& proc_root);
 // under PROC/sys; scaling_max_freq under SYS/devices/system/cpu/cpufreq; a GPU's application
 // clocks and power limit through `nvml`, the GPU found by its bus id), logs one line per setting
 // and a summary, and removes the file. kernel.task_delayacct is left on while another live daemon
-// holds it (collect/delayacct_share.hpp): that one restores it. A setting that cannot be restored is a warning and is
-// dropped, except the GPU entries while `nvml` is null: those stay in the file for a later start.
-// Errors: EBUSY when the owner runs, EINVAL for a corrupt journal (the file and line, and what to
-// do); then nothing was changed.
+// holds it (sys/delayacct_share.hpp): that one restores it. A setting that cannot be restored is a
+// warning and is dropped, except the GPU entries while `nvml` is null: those stay in the file for a
+// later start. Errors: EBUSY when the owner runs, EINVAL for a corrupt journal (the file and line,
+// and what to do); then nothing was changed.
 Result<void> recover_settings(const std::string& journal_path, const std::string& proc_root,
-                              const std::string& sys_root, collect::Nvml* nvml);
+                              const std::string& sys_root, sys::Nvml* nvml);
 
 // The running daemon's journal, shared by the DelayAcctGuard and the PowerManager that record in
 // it. Not thread-safe: the daemon's thread owns it.

@@ -1,6 +1,7 @@
 #pragma once
-// Power management policy (design.md section 1): which GPU clock, GPU power limit and CPU maximum
-// frequency serve the dominant phase. Pure: phases in, targets out; enforce/power.hpp applies them.
+// Power management policy ([power], docs/configuration.md): which GPU clock, GPU power limit and
+// CPU maximum frequency serve the dominant phase. Pure: phases in, targets out; enforce/power.hpp
+// applies them.
 //
 //   dominant phase   GPU SM clock        GPU power limit         CPU max frequency
 //   DataLoading      1/3 of max          78 % of the default     full

@@ -1,6 +1,6 @@
 #pragma once
-// Prometheus text exposition (format 0.0.4) of a Snapshot. The metric names of design.md section 1
-// are kept exactly, since dashboards are built on them:
+// Prometheus text exposition (format 0.0.4) of a Snapshot. The metric names below are an
+// interface: dashboards are built on them, so they are kept exactly:
 //   zernel_scheduler_tasks{type="total"|"ml"}            gauge
 //   zernel_scheduler_decisions_total                      counter
 //   zernel_scheduler_phase_transitions_total              counter

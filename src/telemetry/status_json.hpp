@@ -1,5 +1,5 @@
 #pragma once
-// The `GET /status` document (design.md section 6):
+// The `GET /status` document (docs/operations.md; scripts depend on its keys):
 //   {"backend": "...", "decisions": N, "transitions": N, "tasks_total": N, "tasks_ml": N,
 //    "tenants": [{"id", "gpus", "class", "weight", "tasks"}],
 //    "tasks": [{"pid", "comm", "phase", "priority", "weight", "tenant", "gpu_id",

@@ -1,4 +1,4 @@
-/* A fake libnvidia-ml.so.1: the NVML entry points declared in src/collect/nvml_abi.h, with the
+/* A fake libnvidia-ml.so.1: the NVML entry points declared in src/sys/nvml_abi.h, with the
  * real C ABI, answering from the emulated GPU of fake_gpu_shm.h.
  *
  *   processes      the (pid, device) context table; dead pids are pruned before answering
@@ -26,7 +26,7 @@
 
 /* The API keeps default visibility (the rest of the library is hidden). */
 #pragma GCC visibility push(default)
-#include "collect/nvml_abi.h"
+#include "sys/nvml_abi.h"
 #pragma GCC visibility pop
 
 #define ZFG_DRIVER_VERSION_STRING "560.35.03 (zernel emulated)"

@@ -11,7 +11,7 @@
 #include <charconv>
 #include <string>
 
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect::probes {
 namespace {
@@ -54,7 +54,7 @@ std::vector<MappedLibrary> parse_libcuda_mappings(std::string_view maps_text) {
     const std::string_view line = maps_text.substr(0, nl);
     maps_text.remove_prefix(nl + 1);
 
-    const auto path = maps_line_path(line);
+    const auto path = sys::maps_line_path(line);
     if (!path || !is_libcuda_path(*path)) continue;
     std::string_view rest = line;
     next_field(rest);  // range
@@ -84,8 +84,9 @@ Result<std::vector<MappedLibrary>> read_libcuda_mappings(const std::string& proc
                                                          std::uint32_t pid) {
   const std::string path = proc_root + "/" + std::to_string(pid) + "/maps";
   std::string text;
-  if (const int err = read_file_at(AT_FDCWD, path.c_str(), text, std::size_t{64} << 20); err != 0) {
-    return proc_read_error("reading " + path, err);
+  if (const int err = sys::read_file_at(AT_FDCWD, path.c_str(), text, std::size_t{64} << 20);
+      err != 0) {
+    return sys::proc_read_error("reading " + path, err);
   }
   return parse_libcuda_mappings(text);
 }
@@ -94,7 +95,7 @@ Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
                                                        const std::vector<std::string>& names) {
   if (elf_version(EV_CURRENT) == EV_NONE)
     return Error(EIO, "libelf: " + std::string(elf_errmsg(-1)));
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return errno_error("opening " + path);
   Elf* elf = elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr);
   if (elf == nullptr || elf_kind(elf) != ELF_K_ELF) {

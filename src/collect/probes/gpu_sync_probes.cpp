@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "collect/probes/cuda_library.hpp"
-#include "collect/probes/libbpf_log.hpp"
-#include "collect/procfs.hpp"
 #include "probes.h"
 #include "probes.skel.h"
+#include "sys/bpf/libbpf_log.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::collect {
 namespace {
@@ -92,7 +92,7 @@ GpuSyncProbes::~GpuSyncProbes() = default;
 
 Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& options) {
   const std::string what = "loading the GPU sync probes";
-  route_libbpf_log();
+  sys::route_libbpf_log();
 
   if (!can_use_bpf_tracing()) return Error(EPERM, what + ": " + kNeedRoot);
   if (::access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
@@ -276,7 +276,7 @@ Result<ProbeSample> GpuSyncProbes::read(std::uint32_t pid, std::uint64_t now_ns)
     if (err == 0 && thread.tgid == pid) {
       const std::string path = options_.proc_root + "/" + std::to_string(pid) + "/task/" +
                                std::to_string(tid) + "/schedstat";
-      if (read_file_at(AT_FDCWD, path.c_str(), buf_, 4096) == 0) {
+      if (sys::read_file_at(AT_FDCWD, path.c_str(), buf_, 4096) == 0) {
         const auto runtime = probes::parse_schedstat_runtime(buf_);
         if (runtime && *runtime > thread.runtime_at_return_ns) {
           s.cpu_burst_ns = *runtime - thread.runtime_at_return_ns;

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../../../bpf/intf.h"  // the BPF/C++ contract; a relative path needs no toolchain
+#include "intf.h"  // the BPF/C++ contract (bpf/, an include directory that needs no toolchain)
 #include "policy/decision.hpp"
 #include "policy/phase.hpp"
 #include "policy/task_state.hpp"

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "../../../bpf/intf.h"
+#include "intf.h"
 
 namespace zernel::enforce::scx {
 
@@ -29,26 +29,14 @@ struct ExitInfo {
   std::string message;                   // e.g. the scx_bpf_error() text
 };
 
+// The kernel's name without SCX_EXIT_ ("UNREG_BPF"); "UNKNOWN" for a kind intf.h does not list.
 inline std::string_view exit_kind_name(std::int32_t kind) {
   switch (kind) {
-    case ZERNEL_EXIT_NONE:
-      return "NONE";
-    case ZERNEL_EXIT_DONE:
-      return "DONE";
-    case ZERNEL_EXIT_UNREG:
-      return "UNREG";
-    case ZERNEL_EXIT_UNREG_BPF:
-      return "UNREG_BPF";
-    case ZERNEL_EXIT_UNREG_KERN:
-      return "UNREG_KERN";
-    case ZERNEL_EXIT_SYSRQ:
-      return "SYSRQ";
-    case ZERNEL_EXIT_ERROR:
-      return "ERROR";
-    case ZERNEL_EXIT_ERROR_BPF:
-      return "ERROR_BPF";
-    case ZERNEL_EXIT_ERROR_STALL:
-      return "ERROR_STALL";
+#define ZERNEL_EXIT_NAME(NAME, value) \
+  case ZERNEL_EXIT_##NAME:            \
+    return #NAME;
+    ZERNEL_EXIT_KINDS(ZERNEL_EXIT_NAME)
+#undef ZERNEL_EXIT_NAME
     default:
       return "UNKNOWN";
   }
@@ -79,34 +67,12 @@ inline std::string_view restart_advice_name(RestartAdvice a) {
   return "none";
 }
 
-// Names of the per-CPU counters (enum zernel_stat), for logs, JSON and metrics.
+// Names of the per-CPU counters (enum zernel_stat), for logs, JSON and metrics: made from the
+// same list as the enum (ZERNEL_STATS in intf.h), so they cannot drift.
 inline constexpr std::array<std::string_view, ZERNEL_STAT_NR> kStatNames = {
-    "local",
-    "global",
-    "pref_cpu_hit",
-    "pref_node_hit",
-    "pref_miss",
-    "kick_preempt",
-    "preempt_skip",
-    "preempt_wait",
-    "kick_idle",
-    "starve_rescue",
-    "decided",
-    "undecided",
-    "tenant",
-    "lag_clamp",
-    "reenq",
-    "throttled",
-    "throttle_cut",
-    "unthrottled",
-    "run_ns_data_loading",
-    "run_ns_gpu_compute",
-    "run_ns_nccl_collective",
-    "run_ns_optimizer_step",
-    "run_ns_unknown",
-    "run_ns_undecided",
+#define ZERNEL_STAT_NAME(NAME, name) #name,
+    ZERNEL_STATS(ZERNEL_STAT_NAME)
+#undef ZERNEL_STAT_NAME
 };
-static_assert(ZERNEL_STAT_RUN_NS_PHASE == 18 && ZERNEL_PHASE_NR == 5);
-static_assert(ZERNEL_STAT_RUN_NS_UNDECIDED == 23);
 
 }  // namespace zernel::enforce::scx

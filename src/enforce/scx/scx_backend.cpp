@@ -12,14 +12,16 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <system_error>
 
-#include "collect/probes/libbpf_log.hpp"
-#include "collect/topology_reader.hpp"
 #include "enforce/scx/skel_shim.h"
-#include "enforce/scx/sysfs_state.hpp"
+#include "sys/bpf/libbpf_log.hpp"
+#include "sys/file.hpp"
+#include "sys/procfs.hpp"
+#include "sys/sched_ext.hpp"
+#include "sys/topology_reader.hpp"
 
 namespace zernel::enforce::scx {
 namespace {
@@ -39,7 +41,7 @@ std::vector<std::uint8_t> read_cpu_nodes(const fs::path& sys_root, const fs::pat
                                          std::uint32_t nr_cpus, std::uint32_t& nr_nodes) {
   std::vector<std::uint8_t> node_of(nr_cpus, 0);
   nr_nodes = 1;
-  auto info = collect::read_topology(sys_root.string(), proc_root.string());
+  auto info = sys::read_topology(sys_root.string(), proc_root.string());
   if (!info) return node_of;
   for (const policy::NumaNode& n : info->topology.nodes()) {
     if (n.id >= ZERNEL_MAX_NODES) continue;
@@ -88,17 +90,6 @@ bool set_policy(std::uint32_t tid, const SchedAttr& current, std::uint32_t polic
   return syscall(SYS_sched_setattr, static_cast<pid_t>(tid), &a, 0U) == 0;
 }
 
-std::vector<std::uint32_t> threads_of(const fs::path& proc_root, std::uint32_t pid) {
-  std::vector<std::uint32_t> tids;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(proc_root / std::to_string(pid) / "task", ec)) {
-    std::uint32_t tid = 0;
-    auto n = e.path().filename().string();
-    if (std::from_chars(n.data(), n.data() + n.size(), tid).ec == std::errc()) tids.push_back(tid);
-  }
-  return tids;
-}
-
 // Says at start what of the cgroup tree the scheduler honours on this kernel, and refuses a full
 // switch that would silently drop cpu.max limits (unless the operator opted in).
 Result<void> check_cgroup_support(const Options& options, unsigned caps) {
@@ -139,10 +130,15 @@ Result<void> check_cgroup_support(const Options& options, unsigned caps) {
                             "backend, or set [sched_ext] allow_unenforced_cpu_max = true)");
 }
 
+// A distribution's kernel config is about 300 KB.
+constexpr std::size_t kMaxKernelConfigBytes = std::size_t{16} << 20;
+
 }  // namespace
 
 std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
-  std::ifstream in(config);
+  const auto text = sys::read_file(config.string(), kMaxKernelConfigBytes);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
   std::string line;
   constexpr std::string_view key = "CONFIG_HZ=";
   while (std::getline(in, line)) {
@@ -158,8 +154,9 @@ std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
 }
 
 std::optional<bool> read_config_bool(const fs::path& config, std::string_view name) {
-  std::ifstream in(config);
-  if (!in) return std::nullopt;
+  const auto text = sys::read_file(config.string(), kMaxKernelConfigBytes);
+  if (!text) return std::nullopt;
+  std::istringstream in(*text);
   const std::string set = "CONFIG_" + std::string(name) + "=y";
   std::string line;
   while (std::getline(in, line)) {
@@ -177,7 +174,8 @@ std::optional<std::string> find_cpu_max_quota(const fs::path& cgroup_root, std::
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (!it->is_directory(ec) || it->is_symlink(ec)) continue;
     if (++seen > max_dirs) break;
-    std::ifstream in(it->path() / "cpu.max");
+    const auto text = sys::read_file((it->path() / "cpu.max").string());
+    std::istringstream in(text ? *text : std::string());
     std::string quota;
     if (in >> quota && quota != "max") {
       return fs::relative(it->path(), cgroup_root, ec).string();
@@ -187,10 +185,10 @@ std::optional<std::string> find_cpu_max_quota(const fs::path& cgroup_root, std::
 }
 
 Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
-  if (auto r = check_sched_ext_free(options.sys_root); !r) {
+  if (auto r = sys::check_sched_ext_free(options.sys_root); !r) {
     return r.error().context("loading the sched_ext scheduler");
   }
-  collect::route_libbpf_log();
+  sys::route_libbpf_log();
 
   int possible = libbpf_num_possible_cpus();
   if (possible <= 0) return Error(-possible, "loading the sched_ext scheduler: no possible CPUs");
@@ -233,7 +231,7 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   }
   std::unique_ptr<ScxBackend> b(new ScxBackend(options, handle));
   spdlog::info("sched_ext: scheduler \"{}\" attached ({} switch, {} CPUs, {} NUMA nodes)",
-               zernel_scx_ops_name(), options.partial ? "partial" : "full", nr_cpus, nr_nodes);
+               ZERNEL_SCHED_NAME, options.partial ? "partial" : "full", nr_cpus, nr_nodes);
   if (options.partial) {
     spdlog::warn(
         "sched_ext: partial switch: only the processes given decisions run under sched_ext, "
@@ -407,7 +405,10 @@ void ScxBackend::forget(std::uint32_t pid) {
 
 void ScxBackend::move_to_ext(std::uint32_t pid) {
   auto& saved = moved_[pid];
-  for (auto tid : threads_of(options_.proc_root, pid)) {
+  // A process that exited meanwhile has no threads to move.
+  const auto tids = sys::read_thread_ids(options_.proc_root.string(), pid);
+  if (!tids) return;
+  for (auto tid : *tids) {
     SchedAttr a{};
     if (!get_attr(tid, a)) continue;  // exited meanwhile
     if (a.sched_policy != kSchedOther && a.sched_policy != kSchedBatch &&

@@ -22,6 +22,20 @@
 #include "intf.h"
 #include "skel_shim.h"
 
+/* The loader's side of the contract's ABI checks (zernel.bpf.c checks the same against
+ * vmlinux.h): the exit record's lengths and the exit code bits of scx/user_exit_info.h. */
+_Static_assert((int)ZERNEL_UEI_REASON_LEN == (int)UEI_REASON_LEN, "UEI reason length");
+_Static_assert((int)ZERNEL_UEI_MSG_LEN == (int)UEI_MSG_LEN, "UEI message length");
+_Static_assert(sizeof(((struct zernel_scx_exit *)0)->reason) ==
+		       sizeof(((struct user_exit_info *)0)->reason), "reason");
+_Static_assert(sizeof(((struct zernel_scx_exit *)0)->msg) ==
+		       sizeof(((struct user_exit_info *)0)->msg), "msg");
+_Static_assert(ZERNEL_ECODE_RSN_HOTPLUG == SCX_ECODE_RSN_HOTPLUG, "exit code bit");
+_Static_assert(ZERNEL_ECODE_ACT_RESTART == SCX_ECODE_ACT_RESTART, "exit code bit");
+_Static_assert(ZERNEL_ECODE_USER_MASK == UEI_ECODE_USER_MASK, "exit code mask");
+_Static_assert(ZERNEL_ECODE_RSN_MASK == UEI_ECODE_SYS_RSN_MASK, "exit code mask");
+_Static_assert(ZERNEL_ECODE_ACT_MASK == UEI_ECODE_SYS_ACT_MASK, "exit code mask");
+
 struct zernel_scx {
 	struct zernel_bpf *skel;
 	unsigned caps;
@@ -334,9 +348,4 @@ const char *zernel_scx_exit_dump(const struct zernel_scx *s)
 	if (!s || !s->skel || !s->skel->data_uei_dump)
 		return "";
 	return s->skel->data_uei_dump->uei_dump;
-}
-
-const char *zernel_scx_ops_name(void)
-{
-	return "zernel";
 }

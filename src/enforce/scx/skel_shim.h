@@ -15,6 +15,8 @@
 #include <linux/types.h>
 #include <stddef.h>
 
+#include "intf.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -47,8 +49,8 @@ struct zernel_scx_exit {
 	__s32 kind;		/* enum zernel_exit_kind; 0 = still running */
 	__s32 exit_cpu;		/* CPU that triggered the exit; -1 = unknown */
 	__s64 exit_code;	/* ZERNEL_ECODE_* bits and the user code */
-	char reason[128];
-	char msg[1024];
+	char reason[ZERNEL_UEI_REASON_LEN];
+	char msg[ZERNEL_UEI_MSG_LEN];
 };
 
 /* What the running kernel lets the scheduler see (zernel_scx_caps, after open). */
@@ -81,8 +83,6 @@ const char *zernel_scx_exit_dump(const struct zernel_scx *s);
 /* enum zernel_scx_cap bits: the ops this kernel's sched_ext_ops has (kept after open). Whether
  * the kernel calls the cgroup ops also depends on CONFIG_EXT_GROUP_SCHED. */
 unsigned zernel_scx_caps(const struct zernel_scx *s);
-/* The name in sched_ext_ops.name, as /sys/kernel/sched_ext/root/ops shows it. */
-const char *zernel_scx_ops_name(void);
 
 #ifdef __cplusplus
 }

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "collect/topology_reader.hpp"
-#include "common/journal_file.hpp"
+#include "sys/journal_file.hpp"
+#include "sys/topology_reader.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
@@ -18,7 +18,7 @@ std::string cpus_field(const std::vector<std::uint32_t>& cpus) {
 // "-" is an empty list; otherwise a non-empty CPU list.
 std::optional<std::vector<std::uint32_t>> parse_cpus_field(std::string_view f) {
   if (f == "-") return std::vector<std::uint32_t>{};
-  auto cpus = collect::parse_cpu_list(std::string(f));
+  auto cpus = sys::parse_cpu_list(std::string(f));
   if (!cpus || cpus->empty()) return std::nullopt;
   return std::move(*cpus);
 }
@@ -48,8 +48,8 @@ std::string format_journal(const Journal& j) {
     }
   }
   for (const WeightOriginal& w : j.weights) {
-    out += fmt::format("weight {} {} {} {} {}\n", hex_encode(w.dir), w.file, w.inode, w.original,
-                       fmt::join(w.written, ","));
+    out += fmt::format("weight {} {} {} {} {}\n", sys::hex_encode(w.dir), w.file, w.inode,
+                       w.original, fmt::join(w.written, ","));
   }
   out += "end\n";
   return out;
@@ -65,8 +65,8 @@ Result<Journal> parse_journal(std::string_view text) {
     const std::string_view kind = f[0];
     if (kind == "owner" && !have_owner) {
       if (f.size() != 3) return "expected: owner PID START";
-      auto pid = parse_number<std::uint32_t>(f[1]);
-      auto start = parse_number<std::uint64_t>(f[2]);
+      auto pid = sys::parse_number<std::uint32_t>(f[1]);
+      auto start = sys::parse_number<std::uint64_t>(f[2]);
       if (!pid || !start) return "bad owner pid or start time";
       j.owner_pid = *pid;
       j.owner_start = *start;
@@ -74,9 +74,9 @@ Result<Journal> parse_journal(std::string_view text) {
     } else if (kind == "process" && have_owner) {
       if (f.size() != 6) return "expected: process PID START NICE CPULIST APPLIED";
       ProcessOriginal p;
-      auto pid = parse_number<std::uint32_t>(f[1]);
-      auto start = parse_number<std::uint64_t>(f[2]);
-      auto nice = parse_number<std::int32_t>(f[3]);
+      auto pid = sys::parse_number<std::uint32_t>(f[1]);
+      auto start = sys::parse_number<std::uint64_t>(f[2]);
+      auto nice = sys::parse_number<std::int32_t>(f[3]);
       if (!pid || *pid == 0 || !start || !valid_nice(nice)) {
         return "bad process pid, start time or nice";
       }
@@ -92,9 +92,9 @@ Result<Journal> parse_journal(std::string_view text) {
     } else if (kind == "thread" && !j.processes.empty() && j.weights.empty()) {
       if (f.size() != 5) return "expected: thread TID START NICE CPULIST";
       ThreadOriginal t;
-      auto tid = parse_number<std::uint32_t>(f[1]);
-      auto start = parse_number<std::uint64_t>(f[2]);
-      auto nice = parse_number<std::int32_t>(f[3]);
+      auto tid = sys::parse_number<std::uint32_t>(f[1]);
+      auto start = sys::parse_number<std::uint64_t>(f[2]);
+      auto nice = sys::parse_number<std::int32_t>(f[3]);
       if (!tid || *tid == 0 || !start || !valid_nice(nice)) {
         return "bad thread id, start time or nice";
       }
@@ -108,13 +108,13 @@ Result<Journal> parse_journal(std::string_view text) {
     } else if (kind == "weight" && have_owner) {
       if (f.size() != 6) return "expected: weight DIR FILE INODE ORIGINAL WRITTEN";
       WeightOriginal w;
-      auto dir = hex_decode(f[1]);
-      auto inode = parse_number<std::uint64_t>(f[3]);
-      auto orig = parse_number<std::uint64_t>(f[4]);
+      auto dir = sys::hex_decode(f[1]);
+      auto inode = sys::parse_number<std::uint64_t>(f[3]);
+      auto orig = sys::parse_number<std::uint64_t>(f[4]);
       std::vector<std::uint64_t> written;
       for (std::string_view rest = f[5];;) {
         const std::size_t comma = rest.find(',');
-        auto v = parse_number<std::uint64_t>(rest.substr(0, comma));
+        auto v = sys::parse_number<std::uint64_t>(rest.substr(0, comma));
         if (!v) return "bad written weight";
         written.push_back(*v);
         if (comma == std::string_view::npos) break;
@@ -134,18 +134,18 @@ Result<Journal> parse_journal(std::string_view text) {
     }
     return std::nullopt;
   };
-  auto parsed = parse_journal_text(text, kMagic, "not a zernel userspace journal (version 2)",
-                                   record, [&] { return have_owner; });
+  auto parsed = sys::parse_journal_text(text, kMagic, "not a zernel userspace journal (version 2)",
+                                        record, [&] { return have_owner; });
   if (!parsed) return parsed.error();
   return j;
 }
 
 Result<void> write_journal(const std::string& path, const Journal& j) {
-  return write_file_atomically(path, format_journal(j));
+  return sys::write_file_atomically(path, format_journal(j));
 }
 
 Result<std::optional<Journal>> read_journal(const std::string& path) {
-  auto text = read_whole_file(path);
+  auto text = sys::read_whole_file(path);
   if (!text) return text.error();
   if (!text->has_value()) return std::optional<Journal>{};
   auto j = parse_journal(**text);

@@ -11,13 +11,13 @@
 #include <cstring>
 #include <fstream>
 
-#include "collect/procfs.hpp"
-#include "common/journal_file.hpp"
 #include "enforce/backend.hpp"
 #include "enforce/settings_journal.hpp"
-#include "enforce/userspace/cgroup.hpp"
 #include "enforce/userspace/journal.hpp"
 #include "enforce/userspace/thread_ops.hpp"
+#include "sys/cgroup.hpp"
+#include "sys/journal_file.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
@@ -85,7 +85,7 @@ Result<ReplayReport> replay_journal(const std::string& path, const std::string& 
       rep.lines.push_back(fmt::format("pid {} thread {}: restoring {}: {}", p.pid, tid, what,
                                       std::strerror(e)));
     };
-    auto tids = collect::read_thread_ids(proc_root, p.pid);
+    auto tids = sys::read_thread_ids(proc_root, p.pid);
     for (const std::uint32_t tid : tids ? *tids : std::vector<std::uint32_t>{}) {
       const ThreadOriginal* t = nullptr;
       for (const ThreadOriginal& x : p.threads) {
@@ -135,9 +135,10 @@ Result<ReplayReport> replay_journal(const std::string& path, const std::string& 
         p.applied_cpus.empty() ? "" : ", affinity " + format_cpu_list(p.cpus)));
   }
   for (const WeightOriginal& w : j.weights) {
-    const CgroupVersion v = w.file == "cpu.weight" ? CgroupVersion::v2 : CgroupVersion::v1;
-    const auto inode = cgroup_inode(w.dir);
-    const auto now = read_cgroup_cpu_value(v, w.dir);
+    const sys::CgroupVersion v =
+        w.file == "cpu.weight" ? sys::CgroupVersion::v2 : sys::CgroupVersion::v1;
+    const auto inode = sys::cgroup_inode(w.dir);
+    const auto now = sys::read_cgroup_cpu_value(v, w.dir);
     if (!inode || *inode != w.inode) {
       ++rep.cgroups_left;
       rep.lines.push_back(
@@ -150,7 +151,7 @@ Result<ReplayReport> replay_journal(const std::string& path, const std::string& 
           "cgroup {}: {} is {}, not a value zernel wrote ({}): changed by someone else since, "
           "left as is",
           w.dir, w.file, now ? std::to_string(*now) : "unreadable", fmt::join(w.written, " or ")));
-    } else if (auto r = write_cgroup_cpu_value(v, w.dir, w.original); r) {
+    } else if (auto r = sys::write_cgroup_cpu_value(v, w.dir, w.original); r) {
       ++rep.cgroups;
       rep.lines.push_back(
           fmt::format("cgroup {}: {} {} -> {} (the original)", w.dir, w.file, *now, w.original));
@@ -160,7 +161,7 @@ Result<ReplayReport> replay_journal(const std::string& path, const std::string& 
                                       r.error().message()));
     }
   }
-  if (auto r = remove_file(path); !r) return r.error();
+  if (auto r = sys::remove_file(path); !r) return r.error();
   return rep;
 }
 

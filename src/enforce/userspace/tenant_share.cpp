@@ -9,20 +9,20 @@
 
 namespace zernel::enforce::userspace {
 
-std::optional<std::string> why_group_cannot_carry(const CpuCgroupLayout& layout,
+std::optional<std::string> why_group_cannot_carry(const sys::CpuCgroupLayout& layout,
                                                   std::string_view path, std::uint16_t tenant,
                                                   const TenantOfPid& tenant_of,
                                                   std::uint32_t self_pid) {
   if (path.empty() || path == "/" || path == layout.mount_root) {
     return std::string("it runs in the root cgroup");
   }
-  const auto dir = cgroup_dir(layout, path);
+  const auto dir = sys::cgroup_dir(layout, path);
   if (!dir) return fmt::format("its cgroup {} is outside the mounted cpu hierarchy", path);
-  if (!read_cgroup_cpu_value(layout.version, *dir)) {
+  if (!sys::read_cgroup_cpu_value(layout.version, *dir)) {
     return fmt::format("its cgroup {} has no {} (no cpu controller there)", path,
-                       cgroup_cpu_file(layout.version));
+                       sys::cgroup_cpu_file(layout.version));
   }
-  auto procs = read_subtree_procs(*dir);
+  auto procs = sys::read_subtree_procs(*dir);
   if (!procs) {
     return fmt::format("the processes of its cgroup {} cannot be listed: {}", path,
                        procs.error().message());

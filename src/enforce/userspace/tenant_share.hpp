@@ -35,7 +35,7 @@
 #include <string>
 #include <string_view>
 
-#include "enforce/userspace/cgroup.hpp"
+#include "sys/cgroup.hpp"
 
 namespace zernel::enforce::userspace {
 
@@ -46,7 +46,7 @@ using TenantOfPid = std::function<std::optional<std::uint16_t>(std::uint32_t pid
 // Why the group at hierarchy path `path` cannot carry tenant `tenant`'s weight, in words for the
 // log ("the root cgroup", "shared with pid 812 (no tenant)", ...); nullopt when it can. `self_pid`
 // is the daemon's own pid.
-std::optional<std::string> why_group_cannot_carry(const CpuCgroupLayout& layout,
+std::optional<std::string> why_group_cannot_carry(const sys::CpuCgroupLayout& layout,
                                                   std::string_view path, std::uint16_t tenant,
                                                   const TenantOfPid& tenant_of,
                                                   std::uint32_t self_pid);

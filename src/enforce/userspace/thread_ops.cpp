@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
@@ -63,7 +63,7 @@ int set_cpus(std::uint32_t tid, const std::vector<std::uint32_t>& cpus) {
 
 bool same_thread(const std::string& proc_root, std::uint32_t pid, std::uint32_t tid,
                  std::uint64_t start) {
-  auto st = collect::read_thread_stat(proc_root, pid, tid);
+  auto st = sys::read_thread_stat(proc_root, pid, tid);
   return st && st->starttime_ticks == start;
 }
 

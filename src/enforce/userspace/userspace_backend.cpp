@@ -6,16 +6,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sstream>
 
-#include "collect/procfs.hpp"
-#include "collect/topology_reader.hpp"
 #include "enforce/settings_journal.hpp"
 #include "enforce/userspace/tenant_share.hpp"
 #include "enforce/userspace/thread_ops.hpp"
 #include "policy/weight.hpp"
+#include "sys/file.hpp"
+#include "sys/procfs.hpp"
+#include "sys/topology_reader.hpp"
 
 namespace zernel::enforce::userspace {
 namespace {
@@ -35,8 +35,9 @@ std::vector<std::uint32_t> intersect(const std::vector<std::uint32_t>& a,
 // Whether PROC_ROOT/self/status shows CAP_SYS_NICE in the effective set.
 Result<bool> has_cap_sys_nice(const std::string& proc_root) {
   const std::string path = proc_root + "/self/status";
-  std::ifstream in(path);
-  if (!in) return errno_error("reading " + path, errno != 0 ? errno : ENOENT);
+  const auto text = sys::read_file(path);
+  if (!text) return text.error();
+  std::istringstream in(*text);
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("CapEff:", 0) != 0) continue;
@@ -54,18 +55,10 @@ Result<bool> has_cap_sys_nice(const std::string& proc_root) {
 std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root,
                                                    const std::string& proc_root) {
   std::vector<std::vector<std::uint32_t>> out;
-  auto info = collect::read_topology(sys_root, proc_root);
+  auto info = sys::read_topology(sys_root, proc_root);
   if (!info) return out;
   for (const policy::NumaNode& n : info->topology.nodes()) out.push_back(n.cpus);
   return out;
-}
-
-std::optional<std::string> read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace
@@ -91,15 +84,15 @@ Result<std::unique_ptr<UserspaceBackend>> UserspaceBackend::create(UserspaceOpti
   b->self_start_ = own_start_time(o.proc_root);
   b->nodes_ = read_nodes(o.sys_root, o.proc_root);
   if (o.use_cgroups) {
-    auto layout = o.cgroup ? Result<CpuCgroupLayout>(*o.cgroup)
-                           : detect_cpu_cgroup_from(o.proc_root + "/self/mountinfo");
+    auto layout = o.cgroup ? Result<sys::CpuCgroupLayout>(*o.cgroup)
+                           : sys::detect_cpu_cgroup_from(o.proc_root + "/self/mountinfo");
     if (layout) {
       b->layout_ = std::move(*layout);
       spdlog::info(
           "userspace backend: tenant weights as the {} of a tenant's own cgroup where it holds "
           "only that tenant's processes (cgroup {} at {}), else as nice; no process is moved",
-          cgroup_cpu_file(b->layout_->version),
-          b->layout_->version == CgroupVersion::v2 ? "v2" : "v1", b->layout_->mount_point);
+          sys::cgroup_cpu_file(b->layout_->version),
+          b->layout_->version == sys::CgroupVersion::v2 ? "v2" : "v1", b->layout_->mount_point);
     } else {
       b->cgroup_error_ = layout.error().message();
       spdlog::warn("userspace backend: tenant weights as nice only: {}", b->cgroup_error_);
@@ -157,7 +150,7 @@ std::string UserspaceBackend::tenant_share_text(std::uint32_t pid) const {
 
 void UserspaceBackend::scan_threads(std::uint32_t pid, ProcState& p, const ProcState* parent,
                                     bool& dirty) {
-  auto tids = collect::read_thread_ids(opts_.proc_root, pid);
+  auto tids = sys::read_thread_ids(opts_.proc_root, pid);
   if (!tids) return;  // exited; forget() follows
   for (auto& [tid, t] : p.threads) t.seen = false;
   const bool first_scan = p.threads.empty() && !p.have_orig;
@@ -166,7 +159,7 @@ void UserspaceBackend::scan_threads(std::uint32_t pid, ProcState& p, const ProcS
       it->second.seen = true;
       continue;
     }
-    auto st = collect::read_thread_stat(opts_.proc_root, pid, tid);
+    auto st = sys::read_thread_stat(opts_.proc_root, pid, tid);
     if (!st) continue;
     ThreadState t;
     t.start = st->starttime_ticks;
@@ -207,7 +200,7 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
         if (cur == pid || it->second != policy::kNoTenant) return it->second;
         return std::nullopt;
       }
-      auto st = collect::read_stat(opts_.proc_root, cur);
+      auto st = sys::read_stat(opts_.proc_root, cur);
       if (!st || st->ppid <= 1 || st->ppid == cur) return std::nullopt;
       cur = st->ppid;
     }
@@ -227,18 +220,18 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
     ProcState& p = it->second;
     p.cgroup.reset();
     if (d.tenant == policy::kNoTenant || !layout_) continue;
-    if (auto text = read_text(opts_.proc_root + "/" + std::to_string(d.pid) + "/cgroup")) {
-      p.cgroup = cpu_cgroup_path(layout_->version, *text);
+    if (auto text = sys::read_file(opts_.proc_root + "/" + std::to_string(d.pid) + "/cgroup")) {
+      p.cgroup = sys::cpu_cgroup_path(layout_->version, *text);
     }
     if (!p.cgroup) continue;
     const auto key = std::make_pair(*p.cgroup, d.tenant);
     if (verdicts.contains(key)) continue;
     Verdict v;
-    v.dir = cgroup_dir(*layout_, *p.cgroup).value_or("");
+    v.dir = sys::cgroup_dir(*layout_, *p.cgroup).value_or("");
     v.why_not = why_group_cannot_carry(*layout_, *p.cgroup, d.tenant, tenant_of, self);
     if (!v.why_not) {
       if (auto r = refused_.find(v.dir); r != refused_.end()) {
-        if (r->second.first == cgroup_inode(v.dir).value_or(0)) {
+        if (r->second.first == sys::cgroup_inode(v.dir).value_or(0)) {
           v.why_not = r->second.second;
         } else {
           refused_.erase(r);  // made again since: a new group with a new owner's value
@@ -261,10 +254,10 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
         if (auto vi = verdicts.find({*p.cgroup, d.tenant}); vi != verdicts.end()) v = &vi->second;
       }
       if (v != nullptr && !v->why_not) {
-        const std::uint64_t value = cgroup_cpu_value(layout_->version, d.tenant_weight);
+        const std::uint64_t value = sys::cgroup_cpu_value(layout_->version, d.tenant_weight);
         auto [gi, added] = groups_.try_emplace(v->dir);
         GroupState& g = gi->second;
-        const auto inode = cgroup_inode(v->dir);
+        const auto inode = sys::cgroup_inode(v->dir);
         if (!added && inode && *inode != g.inode) {
           g = GroupState{};  // removed and made again: another group
           added = true;
@@ -272,14 +265,14 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
         if (added) {
           g.path = *p.cgroup;
           g.inode = inode.value_or(0);
-          g.original = read_cgroup_cpu_value(layout_->version, v->dir).value_or(value);
+          g.original = sys::read_cgroup_cpu_value(layout_->version, v->dir).value_or(value);
           dirty = true;
         }
         g.wanted = true;
         g.want = value;
         if (g.journaled != g.values()) dirty = true;
         share = TenantShare::cgroup;
-        text = fmt::format("{} {} on its cgroup {}", cgroup_cpu_file(layout_->version), value,
+        text = fmt::format("{} {} on its cgroup {}", sys::cgroup_cpu_file(layout_->version), value,
                            *p.cgroup);
       } else {
         share = TenantShare::nice;
@@ -341,8 +334,8 @@ Result<void> UserspaceBackend::save_journal() {
   for (const auto& [dir, g] : groups_) {
     auto values = g.values();
     if (values.empty()) continue;
-    j.weights.push_back(WeightOriginal{dir, cgroup_cpu_file(layout_->version), g.inode, g.original,
-                                       std::move(values)});
+    j.weights.push_back(WeightOriginal{dir, sys::cgroup_cpu_file(layout_->version), g.inode,
+                                       g.original, std::move(values)});
   }
   if (auto r = write_journal(opts_.journal_path, j); !r) return r;
   ++stats_.journal_writes;
@@ -374,7 +367,7 @@ Result<void> UserspaceBackend::apply(std::span<const policy::Decision> decisions
   for (const policy::Decision& d : decisions) {
     auto it = procs_.find(d.pid);
     if (it == procs_.end()) {
-      auto st = collect::read_stat(opts_.proc_root, d.pid);
+      auto st = sys::read_stat(opts_.proc_root, d.pid);
       if (!st || st->is_dead() || st->is_kernel_thread()) continue;
       if (d.pid == static_cast<std::uint32_t>(::getpid())) continue;  // never ourselves
       ProcState p;
@@ -431,25 +424,26 @@ Result<void> UserspaceBackend::apply(std::span<const policy::Decision> decisions
 // later value is theirs to keep). True when the group is done with (restored, gone, or left).
 bool UserspaceBackend::restore_group(const std::string& dir, const GroupState& g) {
   if (!g.written) return true;
-  const auto inode = cgroup_inode(dir);
+  const auto inode = sys::cgroup_inode(dir);
   if (!inode || *inode != g.inode) return true;  // removed (or made again): nothing to restore
-  const auto now = read_cgroup_cpu_value(layout_->version, dir);
+  const auto now = sys::read_cgroup_cpu_value(layout_->version, dir);
   if (!now || *now != *g.written) {
-    spdlog::warn("userspace backend: cgroup {}: {} is {}, not the {} zernel wrote: changed by "
-                 "someone else, left as is",
-                 g.path, cgroup_cpu_file(layout_->version), now ? std::to_string(*now) : "?",
-                 *g.written);
+    spdlog::warn(
+        "userspace backend: cgroup {}: {} is {}, not the {} zernel wrote: changed by "
+        "someone else, left as is",
+        g.path, sys::cgroup_cpu_file(layout_->version), now ? std::to_string(*now) : "?",
+        *g.written);
     return true;
   }
-  if (auto r = write_cgroup_cpu_value(layout_->version, dir, g.original); !r) {
+  if (auto r = sys::write_cgroup_cpu_value(layout_->version, dir, g.original); !r) {
     ++stats_.write_errors;
     spdlog::warn("userspace backend: cgroup {}: restoring {} {}: {}", g.path,
-                 cgroup_cpu_file(layout_->version), g.original, r.error().message());
+                 sys::cgroup_cpu_file(layout_->version), g.original, r.error().message());
     return false;
   }
   ++stats_.weight_writes;
   spdlog::info("userspace backend: cgroup {}: {} back to {}", g.path,
-               cgroup_cpu_file(layout_->version), g.original);
+               sys::cgroup_cpu_file(layout_->version), g.original);
   return true;
 }
 
@@ -470,12 +464,12 @@ void UserspaceBackend::write_groups() {
     // The owner (kubelet, systemd, an operator) wrote its own value since our last write: it is
     // theirs; we yield the group to them and carry the tenant by nice from the next tick on.
     if (g.written) {
-      const auto now = read_cgroup_cpu_value(layout_->version, dir);
+      const auto now = sys::read_cgroup_cpu_value(layout_->version, dir);
       if (now && *now != *g.written) {
         spdlog::warn(
             "userspace backend: cgroup {}: {} was changed to {} by someone else (zernel wrote "
             "{}); leaving the group to its owner, its tenant's share goes by nice",
-            g.path, cgroup_cpu_file(layout_->version), *now, *g.written);
+            g.path, sys::cgroup_cpu_file(layout_->version), *now, *g.written);
         refused_[dir] = {g.inode, "its cgroup " + g.path + "'s weight is managed by someone else"};
         it = groups_.erase(it);
         journal_dirty_ = true;
@@ -486,19 +480,20 @@ void UserspaceBackend::write_groups() {
     const bool journaled = std::find(g.journaled.begin(), g.journaled.end(), g.want) !=
                            g.journaled.end();
     if (g.want != g.written.value_or(g.original) && journaled) {
-      if (auto r = write_cgroup_cpu_value(layout_->version, dir, g.want); r) {
+      if (auto r = sys::write_cgroup_cpu_value(layout_->version, dir, g.want); r) {
         ++stats_.weight_writes;
         if (!g.written) {
           spdlog::info("userspace backend: cgroup {}: {} {} (was {}) for its tenant", g.path,
-                       cgroup_cpu_file(layout_->version), g.want, g.original);
+                       sys::cgroup_cpu_file(layout_->version), g.want, g.original);
         }
         g.written = g.want;
         if (g.journaled.size() > 1) journal_dirty_ = true;  // the old value is gone now
       } else {
         ++stats_.write_errors;
-        spdlog::warn("userspace backend: cgroup {}: writing {} {}: {}; its tenant's share goes "
-                     "by nice",
-                     g.path, cgroup_cpu_file(layout_->version), g.want, r.error().message());
+        spdlog::warn(
+            "userspace backend: cgroup {}: writing {} {}: {}; its tenant's share goes "
+            "by nice",
+            g.path, sys::cgroup_cpu_file(layout_->version), g.want, r.error().message());
         refused_[dir] = {g.inode, "writing its cgroup " + g.path + "'s weight failed"};
         g.wanted = false;
         journal_dirty_ = true;
@@ -568,7 +563,7 @@ void UserspaceBackend::enforce(std::uint32_t pid, ProcState& p) {
 
 void UserspaceBackend::restore(std::uint32_t pid, ProcState& p) {
   if (!process_running(opts_.proc_root, pid, p.start)) return;  // exited (or the pid was reused)
-  auto tids = collect::read_thread_ids(opts_.proc_root, pid);
+  auto tids = sys::read_thread_ids(opts_.proc_root, pid);
   for (const std::uint32_t tid : tids ? *tids : std::vector<std::uint32_t>{}) {
     auto it = p.threads.find(tid);
     if (it != p.threads.end() && same_thread(opts_.proc_root, pid, tid, it->second.start)) {

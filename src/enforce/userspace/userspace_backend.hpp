@@ -55,9 +55,9 @@
 
 #include "common/result.hpp"
 #include "enforce/backend.hpp"
-#include "enforce/userspace/cgroup.hpp"
 #include "enforce/userspace/journal.hpp"
 #include "enforce/userspace/restore.hpp"
+#include "sys/cgroup.hpp"
 
 namespace zernel::enforce::userspace {
 
@@ -65,7 +65,7 @@ struct UserspaceOptions {
   std::string proc_root = "/proc";
   std::string sys_root = "/sys";
   // The cpu cgroup hierarchy; nullopt: detected from PROC_ROOT/self/mountinfo.
-  std::optional<CpuCgroupLayout> cgroup;
+  std::optional<sys::CpuCgroupLayout> cgroup;
   bool use_cgroups = true;  // false: tenant weights always by nice
   std::string journal_path = kDefaultJournalPath;
   // Refuse to start without root or CAP_SYS_NICE (tests of the refusal turn the check on with
@@ -106,7 +106,7 @@ class UserspaceBackend final : public Backend {
   Result<void> shutdown() override;
 
   [[nodiscard]] const UserspaceStats& stats() const { return stats_; }
-  [[nodiscard]] const std::optional<CpuCgroupLayout>& cgroup_layout() const { return layout_; }
+  [[nodiscard]] const std::optional<sys::CpuCgroupLayout>& cgroup_layout() const { return layout_; }
   // The CPUs of the NUMA node holding `cpu` (empty when unknown).
   [[nodiscard]] std::vector<std::uint32_t> node_cpus_of(std::uint32_t cpu) const;
   // How the tenant weight of `pid` is carried out now, and in words ("cpu.weight 150 on cgroup
@@ -176,7 +176,7 @@ class UserspaceBackend final : public Backend {
   Result<void> save_journal();
 
   UserspaceOptions opts_;
-  std::optional<CpuCgroupLayout> layout_;
+  std::optional<sys::CpuCgroupLayout> layout_;
   std::string cgroup_error_;  // why tenant weights never go to cgroups (empty: they may)
   std::vector<std::vector<std::uint32_t>> nodes_;  // CPUs per NUMA node
   std::unordered_map<std::uint32_t, ProcState> procs_;

@@ -50,13 +50,14 @@ TEST(CpuLoad, first_sample_is_empty_then_busy_share_of_the_delta) {
 }
 
 TEST(CpuLoad, offline_new_and_backwards_counters_read_zero_or_sane) {
-  const std::vector<std::optional<CpuTimes>> before = {
-      CpuTimes{100, 0, 0, 100, 50, 0, 0, 0}, CpuTimes{0, 0, 0, 0, 0, 0, 0, 0}, std::nullopt};
+  const std::vector<std::optional<sys::CpuTimes>> before = {
+      sys::CpuTimes{100, 0, 0, 100, 50, 0, 0, 0}, sys::CpuTimes{0, 0, 0, 0, 0, 0, 0, 0},
+      std::nullopt};
   // cpu0: iowait went backwards (a NO_HZ kernel quirk) while user grew: still a load in [0, 1].
   // cpu1: went offline. cpu2: came online (no earlier reading). cpu3: new id.
-  const std::vector<std::optional<CpuTimes>> after = {
-      CpuTimes{150, 0, 0, 140, 20, 0, 0, 0}, std::nullopt, CpuTimes{5, 0, 0, 5, 0, 0, 0, 0},
-      CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
+  const std::vector<std::optional<sys::CpuTimes>> after = {
+      sys::CpuTimes{150, 0, 0, 140, 20, 0, 0, 0}, std::nullopt,
+      sys::CpuTimes{5, 0, 0, 5, 0, 0, 0, 0}, sys::CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
   auto loads = cpu_loads_between(before, after);
   ASSERT_EQ(loads.size(), 4U);
   // busy +50; idle+iowait 150 -> 160: +10.
@@ -65,7 +66,7 @@ TEST(CpuLoad, offline_new_and_backwards_counters_read_zero_or_sane) {
   EXPECT_FLOAT_EQ(loads[2], 0.0F);
   EXPECT_FLOAT_EQ(loads[3], 0.0F);
   // Counters that did not move, or all went backwards (a reset), read 0.
-  const std::vector<std::optional<CpuTimes>> reset = {CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
+  const std::vector<std::optional<sys::CpuTimes>> reset = {sys::CpuTimes{1, 0, 0, 1, 0, 0, 0, 0}};
   EXPECT_FLOAT_EQ(cpu_loads_between(before, before)[0], 0.0F);
   EXPECT_FLOAT_EQ(cpu_loads_between(before, reset)[0], 0.0F);
   EXPECT_TRUE(cpu_loads_between(before, {}).empty());

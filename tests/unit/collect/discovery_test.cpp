@@ -519,13 +519,13 @@ TEST(Discovery, scans_the_real_proc_and_finds_this_process_by_a_match_rule) {
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_GT(r->scanned, 0U);
   for (const auto& p : r->processes) {
-    auto st = read_stat("/proc", p.pid);
+    auto st = sys::read_stat("/proc", p.pid);
     if (st.ok()) {
       EXPECT_FALSE(st->is_kernel_thread()) << p.pid << " " << p.comm;
     }
   }
   // Select this test binary by its comm (whatever the binary is called) and uid.
-  auto self_stat = read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
+  auto self_stat = sys::read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
   ASSERT_TRUE(self_stat.ok()) << self_stat.error().message();
   const std::vector<config::TenantConfig> tenants = {
       tenant("self", M().comm({self_stat->comm}).uid({static_cast<std::uint32_t>(::getuid())}))};

@@ -61,8 +61,8 @@ class FakeSys : public test_support::TempTree {
     if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no emulated GPU"; \
   } while (0)
 
-std::unique_ptr<collect::Nvml> load_nvml() {
-  auto nvml = collect::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+std::unique_ptr<sys::Nvml> load_nvml() {
+  auto nvml = sys::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
   EXPECT_TRUE(nvml.ok()) << (nvml.ok() ? "" : nvml.error().message());
   return nvml.ok() ? std::move(*nvml) : nullptr;
 }
@@ -78,7 +78,7 @@ TEST(Power, sets_every_gpu_by_its_phase_and_the_cpus_then_restores_the_originals
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto admin = collect::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+    auto admin = sys::Nvml::load(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
     _exit(admin.ok() && (*admin)->set_power_limit(2, 600'000).ok() ? 0 : 1);
   }
   int status = 0;
@@ -251,7 +251,7 @@ TEST(Power, journals_the_originals_before_the_first_change_and_removes_them_afte
   const SettingsOriginals& o = (*j)->originals;
   ASSERT_EQ(o.gpus.size(), 2U);  // every managed GPU, the untouched one too
   EXPECT_EQ(o.gpus[0].bus_id, nvml->devices()[0].bus_id);
-  EXPECT_EQ(o.gpus[0].clocks, (collect::ApplicationClocks{3201, 1980}));
+  EXPECT_EQ(o.gpus[0].clocks, (sys::ApplicationClocks{3201, 1980}));
   EXPECT_EQ(o.gpus[0].power_limit_mw, 700'000U);
   EXPECT_EQ(o.cpufreq,
             (std::vector<CpufreqOriginal>{{"policy0", 3'600'000}, {"policy1", 3'000'000}}));

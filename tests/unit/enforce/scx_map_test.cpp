@@ -15,10 +15,10 @@
 #include "enforce/backend.hpp"
 #include "enforce/scx/decision_map.hpp"
 #include "enforce/scx/exit_info.hpp"
-#include "enforce/scx/sysfs_state.hpp"
 #include "policy/decision.hpp"
 #include "policy/phase.hpp"
 #include "support/temp_tree.hpp"
+#include "sys/sched_ext.hpp"
 
 #ifdef ZERNEL_HAVE_SCX
 #include "enforce/scx/scx_backend.hpp"
@@ -188,28 +188,28 @@ TEST(ScxExit, every_counter_has_a_distinct_name) {
 }
 
 TEST(ScxSysfs, a_kernel_without_sched_ext_is_not_supported) {
-  FakeSys sys;
-  auto r = check_sched_ext_free(sys.root());
+  FakeSys fake;
+  auto r = sys::check_sched_ext_free(fake.root());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), ENOTSUP);
   EXPECT_NE(r.error().message().find("CONFIG_SCHED_CLASS_EXT"), std::string::npos);
 }
 
 TEST(ScxSysfs, a_disabled_sched_ext_is_free) {
-  FakeSys sys;
-  sys.write("kernel/sched_ext/state", "disabled\n");
-  EXPECT_TRUE(check_sched_ext_free(sys.root()));
-  auto s = read_sysfs_state(sys.root());
+  FakeSys fake;
+  fake.write("kernel/sched_ext/state", "disabled\n");
+  EXPECT_TRUE(sys::check_sched_ext_free(fake.root()));
+  auto s = sys::read_sched_ext_state(fake.root());
   ASSERT_TRUE(s);
   EXPECT_EQ(s->state, "disabled");
   EXPECT_EQ(s->ops, "");
 }
 
 TEST(ScxSysfs, another_loaded_scheduler_is_reported_by_name) {
-  FakeSys sys;
-  sys.write("kernel/sched_ext/state", "enabled\n");
-  sys.write("kernel/sched_ext/root/ops", "scx_simple\n");
-  auto r = check_sched_ext_free(sys.root());
+  FakeSys fake;
+  fake.write("kernel/sched_ext/state", "enabled\n");
+  fake.write("kernel/sched_ext/root/ops", "scx_simple\n");
+  auto r = sys::check_sched_ext_free(fake.root());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), EBUSY);
   EXPECT_NE(r.error().message().find("scx_simple"), std::string::npos);
@@ -244,9 +244,9 @@ TEST(BackendFactory, sched_ext_without_kernel_support_is_a_clear_error) {
 
 #ifdef ZERNEL_HAVE_SCX
 TEST(ScxBackend, create_fails_cleanly_on_a_kernel_without_sched_ext) {
-  FakeSys sys;
+  FakeSys fake;
   Options o;
-  o.sys_root = sys.root();
+  o.sys_root = fake.root();
   auto b = ScxBackend::create(o);
   ASSERT_FALSE(b);
   EXPECT_EQ(b.error().code(), ENOTSUP);
@@ -254,11 +254,11 @@ TEST(ScxBackend, create_fails_cleanly_on_a_kernel_without_sched_ext) {
 }
 
 TEST(ScxBackend, create_refuses_when_another_scheduler_is_loaded) {
-  FakeSys sys;
-  sys.write("kernel/sched_ext/state", "enabled\n");
-  sys.write("kernel/sched_ext/root/ops", "rusty\n");
+  FakeSys fake;
+  fake.write("kernel/sched_ext/state", "enabled\n");
+  fake.write("kernel/sched_ext/root/ops", "rusty\n");
   Options o;
-  o.sys_root = sys.root();
+  o.sys_root = fake.root();
   auto b = ScxBackend::create(o);
   ASSERT_FALSE(b);
   EXPECT_EQ(b.error().code(), EBUSY);
@@ -266,43 +266,44 @@ TEST(ScxBackend, create_refuses_when_another_scheduler_is_loaded) {
 }
 
 TEST(ScxBackend, reads_a_boolean_option_from_a_kernel_config) {
-  FakeSys sys;
-  sys.write("config-y", "CONFIG_A=y\nCONFIG_EXT_GROUP_SCHED=y\n");
-  sys.write("config-n", "# CONFIG_EXT_GROUP_SCHED is not set\nCONFIG_EXT_GROUP_SCHED_X=y\n");
-  EXPECT_EQ(read_config_bool(sys.dir() / "config-y", "EXT_GROUP_SCHED"), true);
-  EXPECT_EQ(read_config_bool(sys.dir() / "config-n", "EXT_GROUP_SCHED"), false);
-  EXPECT_EQ(read_config_bool(sys.dir() / "missing", "EXT_GROUP_SCHED"), std::nullopt);
+  FakeSys fake;
+  fake.write("config-y", "CONFIG_A=y\nCONFIG_EXT_GROUP_SCHED=y\n");
+  fake.write("config-n", "# CONFIG_EXT_GROUP_SCHED is not set\nCONFIG_EXT_GROUP_SCHED_X=y\n");
+  EXPECT_EQ(read_config_bool(fake.dir() / "config-y", "EXT_GROUP_SCHED"), true);
+  EXPECT_EQ(read_config_bool(fake.dir() / "config-n", "EXT_GROUP_SCHED"), false);
+  EXPECT_EQ(read_config_bool(fake.dir() / "missing", "EXT_GROUP_SCHED"), std::nullopt);
 }
 
 TEST(ScxBackend, finds_the_first_cgroup_with_a_cpu_max_quota) {
-  FakeSys sys;
-  sys.write("cg/cgroup.controllers", "cpu memory\n");
-  sys.write("cg/cpu.max", "max 100000\n");
-  sys.write("cg/system.slice/cpu.max", "max 100000\n");
-  sys.write("cg/system.slice/a.service/cpu.max", "max 100000\n");
-  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg"), std::nullopt);
-  sys.write("cg/kubepods.slice/pod1/cpu.max", "200000 100000\n");
-  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg"), std::optional<std::string>("kubepods.slice/pod1"));
+  FakeSys fake;
+  fake.write("cg/cgroup.controllers", "cpu memory\n");
+  fake.write("cg/cpu.max", "max 100000\n");
+  fake.write("cg/system.slice/cpu.max", "max 100000\n");
+  fake.write("cg/system.slice/a.service/cpu.max", "max 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg"), std::nullopt);
+  fake.write("cg/kubepods.slice/pod1/cpu.max", "200000 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg"),
+            std::optional<std::string>("kubepods.slice/pod1"));
   // Not a cgroup v2 tree: nothing to say.
-  sys.write("v1/cpu.max", "20000 100000\n");
-  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "v1"), std::nullopt);
+  fake.write("v1/cpu.max", "20000 100000\n");
+  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "v1"), std::nullopt);
   // The directory cap bounds the walk.
-  EXPECT_EQ(find_cpu_max_quota(sys.dir() / "cg", 1), std::nullopt);
+  EXPECT_EQ(find_cpu_max_quota(fake.dir() / "cg", 1), std::nullopt);
 }
 
 TEST(ScxBackend, reads_the_tick_rate_from_a_kernel_config) {
-  FakeSys sys;
-  sys.write("config-a", "# comment\nCONFIG_HZ_250=y\nCONFIG_HZ=250\nCONFIG_X=1\n");
-  sys.write("config-b", "CONFIG_HZ_1000=y\n");
-  sys.write("config-c", "CONFIG_HZ=abc\n");
-  sys.write("config-d", "CONFIG_HZ=0\n");
-  sys.write("config-e", "CONFIG_HZ=250x\n");
-  EXPECT_EQ(read_config_hz(sys.dir() / "config-a"), 250U);
-  EXPECT_EQ(read_config_hz(sys.dir() / "config-b"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.dir() / "config-c"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.dir() / "config-d"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.dir() / "config-e"), std::nullopt);
-  EXPECT_EQ(read_config_hz(sys.dir() / "missing"), std::nullopt);
+  FakeSys fake;
+  fake.write("config-a", "# comment\nCONFIG_HZ_250=y\nCONFIG_HZ=250\nCONFIG_X=1\n");
+  fake.write("config-b", "CONFIG_HZ_1000=y\n");
+  fake.write("config-c", "CONFIG_HZ=abc\n");
+  fake.write("config-d", "CONFIG_HZ=0\n");
+  fake.write("config-e", "CONFIG_HZ=250x\n");
+  EXPECT_EQ(read_config_hz(fake.dir() / "config-a"), 250U);
+  EXPECT_EQ(read_config_hz(fake.dir() / "config-b"), std::nullopt);
+  EXPECT_EQ(read_config_hz(fake.dir() / "config-c"), std::nullopt);
+  EXPECT_EQ(read_config_hz(fake.dir() / "config-d"), std::nullopt);
+  EXPECT_EQ(read_config_hz(fake.dir() / "config-e"), std::nullopt);
+  EXPECT_EQ(read_config_hz(fake.dir() / "missing"), std::nullopt);
   // The host's own config, when it has one, names a sane rate.
   utsname u{};
   ASSERT_EQ(uname(&u), 0);

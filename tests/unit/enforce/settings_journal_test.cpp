@@ -12,10 +12,10 @@
 #include <fstream>
 #include <string>
 
-#include "common/journal_file.hpp"
 #include "support/emulated_gpu.hpp"
 #include "support/log_capture.hpp"
 #include "support/temp_tree.hpp"
+#include "sys/journal_file.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
@@ -222,9 +222,9 @@ TEST(SettingsJournal, a_live_owner_is_refused_and_nothing_changes_fail) {
 TEST(SettingsJournal, a_corrupt_journal_names_the_file_and_line_and_what_to_do_fail) {
   FakeMachine m;
   m.set_delayacct("1");
-  ASSERT_TRUE(
-      write_file_atomically(m.journal(), "zernel-settings-journal 1\nowner 4242 1000\nbogus\nend\n")
-          .ok());
+  ASSERT_TRUE(sys::write_file_atomically(m.journal(),
+                                         "zernel-settings-journal 1\nowner 4242 1000\nbogus\nend\n")
+                  .ok());
   auto r = recover_settings(m.journal(), m.proc(), m.sys(), nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code(), EINVAL);
@@ -340,7 +340,7 @@ TEST(SettingsJournal, recovery_restores_the_gpus_by_bus_id_and_leaves_nothing_to
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
-    auto k = collect::Nvml::load(fake_nvml());
+    auto k = sys::Nvml::load(fake_nvml());
     const bool ok = k.ok() && (*k)->set_application_clocks(0, {3201, 660}).ok() &&
                     (*k)->set_power_limit(0, 546'000).ok() &&
                     (*k)->set_application_clocks(1, {3201, 990}).ok() &&
@@ -351,9 +351,9 @@ TEST(SettingsJournal, recovery_restores_the_gpus_by_bus_id_and_leaves_nothing_to
   ASSERT_EQ(waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
-  auto nvml = collect::Nvml::load(fake_nvml());
+  auto nvml = sys::Nvml::load(fake_nvml());
   ASSERT_TRUE(nvml.ok()) << nvml.error().message();
-  collect::Nvml& n = **nvml;
+  sys::Nvml& n = **nvml;
   ASSERT_EQ(n.devices().size(), 2U);
   SettingsJournalFile j;
   j.owner_pid = 4242;

@@ -9,8 +9,8 @@
 
 #include <thread>
 
-#include "collect/procfs.hpp"
 #include "enforce/backend.hpp"
+#include "sys/procfs.hpp"
 #include "userspace_test_util.hpp"
 
 namespace zernel::enforce::userspace {
@@ -37,8 +37,9 @@ class UserspaceBackendTest : public ::testing::Test {
     write_file(t_.path() / "sys/devices/system/node/node0/cpulist", "0-1\n");
     o.use_cgroups = cgroups;
     if (cgroups) {
-      auto real = detect_cpu_cgroup_from("/proc/self/mountinfo");
-      o.cgroup = CpuCgroupLayout{real ? real->version : CgroupVersion::v1, t_.str("cg"), "/"};
+      auto real = sys::detect_cpu_cgroup_from("/proc/self/mountinfo");
+      o.cgroup =
+          sys::CpuCgroupLayout{real ? real->version : sys::CgroupVersion::v1, t_.str("cg"), "/"};
     }
     std::filesystem::create_directories(t_.path() / "cg");
     o.journal_path = t_.str("run/userspace.journal");
@@ -323,12 +324,12 @@ TEST_F(UserspaceBackendTest, a_tenant_in_the_root_group_gets_its_share_as_a_nice
   Child c(2);
   UserspaceOptions o = options();
   o.use_cgroups = true;
-  o.cgroup = CpuCgroupLayout{CgroupVersion::v2, t_.str("cg"), "/"};
+  o.cgroup = sys::CpuCgroupLayout{sys::CgroupVersion::v2, t_.str("cg"), "/"};
   write_file(t_.path() / "cg/cpu.weight", "100\n");
   write_file(t_.path() / "cg/cgroup.procs", std::to_string(c.pid()) + "\n");
   // The child's real /proc/PID/cgroup line of this version decides its group.
-  auto orig = cpu_cgroup_path(CgroupVersion::v2, read_file("/proc/" + std::to_string(c.pid()) +
-                                                             "/cgroup"));
+  auto orig = sys::cpu_cgroup_path(sys::CgroupVersion::v2,
+                                   read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"));
   if (!orig || *orig != "/") GTEST_SKIP() << "the test process is not in the v2 root group";
   auto b = make(o);
   ASSERT_TRUE(b);
@@ -369,29 +370,29 @@ class RealCgroupTest : public UserspaceBackendTest {
   void SetUp() override {
     UserspaceBackendTest::SetUp();
     if (IsSkipped()) return;
-    auto layout = detect_cpu_cgroup_from("/proc/self/mountinfo");
+    auto layout = sys::detect_cpu_cgroup_from("/proc/self/mountinfo");
     if (!layout) GTEST_SKIP() << layout.error().message();
     layout_ = *layout;
     parent_ = layout_.mount_point + "/zernel-unit-" + std::to_string(::getpid());
     if (::mkdir(parent_.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << parent_;
-    if (layout_.version == CgroupVersion::v2) {
-      (void)write_cgroup_file(layout_.mount_point + "/cgroup.subtree_control", "+cpu");
-      (void)write_cgroup_file(parent_ + "/cgroup.subtree_control", "+cpu");
+    if (layout_.version == sys::CgroupVersion::v2) {
+      (void)sys::write_cgroup_file(layout_.mount_point + "/cgroup.subtree_control", "+cpu");
+      (void)sys::write_cgroup_file(parent_ + "/cgroup.subtree_control", "+cpu");
     }
     job_ = parent_ + "/job";
     if (::mkdir(job_.c_str(), 0755) != 0) GTEST_SKIP() << "cannot create " << job_;
-    if (!read_cgroup_cpu_value(layout_.version, job_)) {
-      GTEST_SKIP() << "no " << cgroup_cpu_file(layout_.version) << " in " << job_;
+    if (!sys::read_cgroup_cpu_value(layout_.version, job_)) {
+      GTEST_SKIP() << "no " << sys::cgroup_cpu_file(layout_.version) << " in " << job_;
     }
-    original_ = *read_cgroup_cpu_value(layout_.version, job_);
+    original_ = *sys::read_cgroup_cpu_value(layout_.version, job_);
   }
   void TearDown() override {
     // Members back to the root group, then the groups go.
     for (const std::string& dir : {job_, parent_}) {
       if (dir.empty()) continue;
-      if (auto procs = read_cgroup_procs(dir)) {
+      if (auto procs = sys::read_cgroup_procs(dir)) {
         for (const std::uint32_t pid : *procs) {
-          (void)write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(pid));
+          (void)sys::write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(pid));
         }
       }
     }
@@ -399,21 +400,24 @@ class RealCgroupTest : public UserspaceBackendTest {
     if (!parent_.empty()) ::rmdir(parent_.c_str());
   }
   bool enter(const Child& c) {
-    return static_cast<bool>(write_cgroup_file(job_ + "/cgroup.procs", std::to_string(c.pid())));
+    return static_cast<bool>(
+        sys::write_cgroup_file(job_ + "/cgroup.procs", std::to_string(c.pid())));
   }
   std::string path_of(const Child& c) const {
-    return cpu_cgroup_path(layout_.version,
-                           read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"))
+    return sys::cpu_cgroup_path(layout_.version,
+                                read_file("/proc/" + std::to_string(c.pid()) + "/cgroup"))
         .value_or("?");
   }
-  std::uint64_t weight() const { return read_cgroup_cpu_value(layout_.version, job_).value_or(0); }
+  std::uint64_t weight() const {
+    return sys::read_cgroup_cpu_value(layout_.version, job_).value_or(0);
+  }
   UserspaceOptions real_options() {
     UserspaceOptions o = options();
     o.use_cgroups = true;
     o.cgroup = layout_;
     return o;
   }
-  CpuCgroupLayout layout_;
+  sys::CpuCgroupLayout layout_;
   std::string parent_;
   std::string job_;
   std::uint64_t original_ = 0;
@@ -432,7 +436,7 @@ TEST_F(RealCgroupTest, a_group_of_the_tenant_alone_carries_its_weight_and_nothin
   d.tenant = 1;
   d.tenant_weight = 300;
   ASSERT_TRUE(b->apply({&d, 1}));
-  const std::uint64_t want = layout_.version == CgroupVersion::v2 ? 300 : 3072;
+  const std::uint64_t want = layout_.version == sys::CgroupVersion::v2 ? 300 : 3072;
   EXPECT_EQ(weight(), want);
   EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
   EXPECT_EQ(path_of(c), where);  // not moved
@@ -447,7 +451,7 @@ TEST_F(RealCgroupTest, a_group_of_the_tenant_alone_carries_its_weight_and_nothin
   EXPECT_EQ(b->stats().weight_writes, 1U);  // unchanged: not written again
   d.tenant_weight = 100;  // the tenant's weight changed (another tenant joined)
   ASSERT_TRUE(b->apply({&d, 1}));
-  EXPECT_EQ(weight(), layout_.version == CgroupVersion::v2 ? 100U : 1024U);
+  EXPECT_EQ(weight(), layout_.version == sys::CgroupVersion::v2 ? 100U : 1024U);
   ASSERT_TRUE(b->shutdown());
   EXPECT_EQ(weight(), original_);
   EXPECT_EQ(path_of(c), where);
@@ -478,7 +482,7 @@ TEST_F(RealCgroupTest, a_group_that_becomes_shared_gets_its_original_back_and_ni
   EXPECT_EQ(nice_of(c.pid()), -2);
   EXPECT_EQ(nice_of(other.pid()), 0);
   ASSERT_TRUE(
-      write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(other.pid())));
+      sys::write_cgroup_file(layout_.mount_point + "/cgroup.procs", std::to_string(other.pid())));
   ASSERT_TRUE(b->apply({&d, 1}));
   EXPECT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
   EXPECT_NE(weight(), original_);
@@ -500,8 +504,8 @@ TEST_F(RealCgroupTest, an_owners_own_weight_wins_and_is_not_restored_over) {
   d.tenant_weight = 300;
   ASSERT_TRUE(b->apply({&d, 1}));
   ASSERT_EQ(b->tenant_share(c.pid()), TenantShare::cgroup);
-  const std::uint64_t owners = layout_.version == CgroupVersion::v2 ? 42 : 430;
-  ASSERT_TRUE(write_cgroup_cpu_value(layout_.version, job_, owners));
+  const std::uint64_t owners = layout_.version == sys::CgroupVersion::v2 ? 42 : 430;
+  ASSERT_TRUE(sys::write_cgroup_cpu_value(layout_.version, job_, owners));
   ASSERT_TRUE(b->apply({&d, 1}));
   ASSERT_TRUE(b->apply({&d, 1}));
   EXPECT_EQ(weight(), owners);

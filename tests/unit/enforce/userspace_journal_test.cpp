@@ -5,11 +5,11 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include "collect/procfs.hpp"
 #include "enforce/userspace/journal.hpp"
 #include "enforce/userspace/restore.hpp"
-#include "support/temp_tree.hpp"
 #include "enforce/userspace/userspace_backend.hpp"
+#include "support/temp_tree.hpp"
+#include "sys/procfs.hpp"
 #include "userspace_test_util.hpp"
 
 namespace zernel::enforce::userspace {
@@ -148,7 +148,7 @@ TEST(UserspaceJournal, a_corrupt_journal_is_moved_aside_and_the_backend_starts) 
 TEST(UserspaceJournal, a_journal_of_a_running_daemon_refuses_a_second_backend_fail) {
   TempDir t;
   UserspaceOptions o = options(t);
-  auto self = collect::read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
+  auto self = sys::read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
   ASSERT_TRUE(self);
   Journal j;
   j.owner_pid = static_cast<std::uint32_t>(::getpid());
@@ -168,8 +168,8 @@ TEST(UserspaceJournal, the_next_start_restores_a_dead_daemons_journal_and_skips_
   Child a(2);
   Child b(1);
   ASSERT_TRUE(a.ok() && b.ok());
-  auto sa = collect::read_stat("/proc", a.pid());
-  auto sb = collect::read_stat("/proc", b.pid());
+  auto sa = sys::read_stat("/proc", a.pid());
+  auto sb = sys::read_stat("/proc", b.pid());
   ASSERT_TRUE(sa && sb);
 
   Journal j;
@@ -179,7 +179,7 @@ TEST(UserspaceJournal, the_next_start_restores_a_dead_daemons_journal_and_skips_
   pa.pid = a.pid();
   pa.start = sa->starttime_ticks;
   for (const std::uint32_t tid : a.tids()) {
-    auto ts = collect::read_thread_stat("/proc", a.pid(), tid);
+    auto ts = sys::read_thread_stat("/proc", a.pid(), tid);
     ASSERT_TRUE(ts);
     pa.threads.push_back(ThreadOriginal{tid, ts->starttime_ticks, 0, {}});
   }
@@ -214,7 +214,7 @@ TEST(UserspaceJournal, replay_restores_threads_born_after_the_journal_to_the_pro
   const std::string path = t.str("run/userspace.journal");
   Child a(2);
   ASSERT_TRUE(a.ok());
-  auto sa = collect::read_stat("/proc", a.pid());
+  auto sa = sys::read_stat("/proc", a.pid());
   ASSERT_TRUE(sa);
   Journal j;
   j.owner_pid = 0x7ffffff0;
@@ -224,7 +224,7 @@ TEST(UserspaceJournal, replay_restores_threads_born_after_the_journal_to_the_pro
   pa.start = sa->starttime_ticks;
   pa.nice = 0;
   for (const std::uint32_t tid : a.tids()) {
-    auto ts = collect::read_thread_stat("/proc", a.pid(), tid);
+    auto ts = sys::read_thread_stat("/proc", a.pid(), tid);
     ASSERT_TRUE(ts);
     pa.threads.push_back(ThreadOriginal{tid, ts->starttime_ticks, 0, {}});
     ASSERT_EQ(::setpriority(PRIO_PROCESS, tid, -7), 0);
@@ -262,7 +262,7 @@ TEST(UserspaceJournal, replay_restores_a_cgroup_weight_only_where_it_still_holds
   t.write("cg/job-b/cpu.weight", "400\n");
   t.write("cg/job-c/cpu.shares", "512\n");
   t.write("cg/job-d/cpu.weight", "75\n");
-  const auto ino = [&](const char* rel) { return *cgroup_inode(t.path(rel).string()); };
+  const auto ino = [&](const char* rel) { return *sys::cgroup_inode(t.path(rel).string()); };
   Journal j;
   j.owner_pid = 0x7ffffff0;
   j.owner_start = 1;
@@ -293,7 +293,7 @@ TEST(UserspaceJournal, replay_restores_a_cgroup_weight_only_where_it_still_holds
 TEST(UserspaceJournal, replay_refuses_the_journal_of_a_running_daemon_fail) {
   TempDir t;
   const std::string path = t.str("run/userspace.journal");
-  auto self = collect::read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
+  auto self = sys::read_stat("/proc", static_cast<std::uint32_t>(::getpid()));
   ASSERT_TRUE(self);
   Journal j;
   j.owner_pid = static_cast<std::uint32_t>(::getpid());

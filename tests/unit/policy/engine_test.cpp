@@ -1,4 +1,4 @@
-// The policy engine: the seed scenarios of scheduler.rs, the decision fields per phase, task
+// The policy engine: the seed scenarios, the decision fields per phase, task
 // lifecycle, input sanitising, CPU placement through the engine, and randomized properties of
 // the decisions.
 
@@ -62,7 +62,7 @@ TaskUpdate loading() {
   return u;
 }
 
-// ---- seed scenarios (scheduler.rs) -----------------------------------------------------------
+// ---- seed scenarios ----------------------------------------------------------------------------
 
 TEST(EngineSeed, register_and_schedule) {
   Engine e(seed_options(), two_nodes());
@@ -315,7 +315,7 @@ TEST(Engine, unregister_stops_tracking) {
 }
 
 TEST(Engine, re_registering_resets_the_debounce_count) {
-  // design.md section 2: "re-registering a live pid resets its state but not its debounce count".
+  // Re-registering a live pid must not leave its debounce count behind with the state reset.
   Engine e(EngineOptions{}, two_nodes());  // stability 3
   ASSERT_TRUE(e.register_task(1, true, 0U).ok());
   ASSERT_TRUE(e.update_task(1, gpu_busy()));
@@ -446,7 +446,7 @@ TEST(Engine, gpu_tasks_prefer_the_cpus_of_their_gpu_node) {
 }
 
 TEST(Engine, numa_disabled_makes_gpu_tasks_choose_among_all_cpus) {
-  // design.md section 2: "numa.enabled = false is ignored".
+  // numa.enabled = false must be honoured.
   EngineOptions o = seed_options();
   o.numa.enabled = false;
   Engine e(o, two_nodes());
@@ -457,7 +457,7 @@ TEST(Engine, numa_disabled_makes_gpu_tasks_choose_among_all_cpus) {
 }
 
 TEST(Engine, tasks_of_one_tick_spread_over_the_node) {
-  // design.md section 2: "every task of a node gets the same CPU".
+  // Tasks of one node must not all get the same CPU.
   Topology t = Topology::single_node(64);
   t.map_gpu(0, 0);
   EngineOptions o = seed_options();

@@ -1,5 +1,5 @@
-// Phase detection (design.md section 1, "Phase detection, rules in this order" and "Stability"):
-// each rule with its strict edges, the rule order, the debounce, and a randomized property sweep.
+// Phase detection (policy/phase_detector.hpp, [phase_detection] in docs/configuration.md): each
+// rule with its strict edges, the rule order, the debounce, and a randomized property sweep.
 
 #include "policy/phase_detector.hpp"
 

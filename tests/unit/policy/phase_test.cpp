@@ -1,5 +1,5 @@
-// The phase enum, its names and labels, the policy table (design.md section 1, "Phases and the
-// policy table") and the phase-time accounting of TaskState::transition_phase.
+// The phase enum, its names and labels, the policy table (policy/phase.hpp) and the phase-time
+// accounting of TaskState::transition_phase.
 
 #include "policy/phase.hpp"
 

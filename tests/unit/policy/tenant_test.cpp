@@ -1,5 +1,6 @@
-// Tenants (design.md section 1, "Multi-tenant scheduling", and the tenant defects of section 2):
-// the seed scenarios of multi_tenant.rs, class priorities, GPU-proportional weights, the fixes,
+// Tenants ([multi_tenant] and [[tenants]] in docs/configuration.md, and the tenant cases an
+// earlier implementation got wrong): the seed scenarios, class priorities, GPU-proportional
+// weights, the fixes,
 // and randomized properties of the weights.
 
 #include "policy/tenant.hpp"
@@ -47,7 +48,7 @@ std::uint16_t must_upsert(TenantRegistry& r, const TenantSpec& spec) {
   return slot.ok() ? *slot : kNoTenant;
 }
 
-// ---- seed scenarios (multi_tenant.rs), on the Engine API ---------------------------------------
+// ---- seed scenarios, on the Engine API ----------------------------------------------------------
 
 TEST(TenantSeed, gpu_proportional_weight) {
   Engine e(multi_tenant_options(), Topology::single_node(8));
@@ -200,8 +201,8 @@ TEST(PriorityClass, names_round_trip_case_insensitively) {
 }
 
 TEST(PriorityClass, an_unknown_class_name_is_an_error_not_training) {
-  // design.md section 2: "an unknown class name silently becomes Training" (the seed's from_str,
-  // and the config default "normal").
+  // An unknown class name must be an error, not silently Training (as the seed's parser and its
+  // config default "normal" made it).
   for (const char* bad : {"normal", "", "train", "batch", "training "}) {
     auto parsed = parse_priority_class(bad);
     ASSERT_FALSE(parsed.ok()) << bad;
@@ -280,7 +281,7 @@ TEST(TenantRegistry, refuses_more_than_the_maximum_number_of_tenants) {
 // ---- section 2 fixes -------------------------------------------------------------------------
 
 TEST(TenantRegistry, a_zero_gpu_tenant_gets_a_positive_weight) {
-  // design.md section 2: "a tenant with 0 GPUs gets weight 0 (starved)".
+  // A tenant with 0 GPUs must not get weight 0 (starved).
   TenantRegistry r;
   const std::uint16_t z = must_upsert(r, tenant("no-gpu", 0));
   const std::uint16_t g = must_upsert(r, tenant("gpu", 4));
@@ -302,7 +303,7 @@ TEST(TenantRegistry, only_zero_gpu_tenants_share_equally) {
 }
 
 TEST(TenantRegistry, registering_an_existing_id_replaces_it_without_double_counting_gpus) {
-  // design.md section 2: "registering an existing id counts its GPUs twice".
+  // Registering an existing id again must not count its GPUs twice.
   TenantRegistry r;
   const std::uint16_t a = must_upsert(r, tenant("job-a", 2));
   const std::uint16_t b = must_upsert(r, tenant("job-b", 6));
@@ -338,8 +339,8 @@ TEST(TenantRegistry, cgroup_weight_is_weight_times_100_clamped) {
 }
 
 TEST(EngineTenant, a_bigger_tenant_never_pushes_a_negative_phase_priority_further_down) {
-  // design.md section 2: "Tenant weight multiplies the phase priority, so a bigger tenant in a
-  // negative-priority phase is pushed further down". The seed gave GpuCompute (-5) of a 1.5x
+  // The tenant weight must not multiply the phase priority (that pushed a bigger tenant in a
+  // negative-priority phase further down). The seed gave GpuCompute (-5) of a 1.5x
   // Background tenant (int)(-5 * 1.5) - 5 = -12; the priority is now the phase's (-5) and the
   // share, class included, travels separately as tenant_weight.
   Engine e(multi_tenant_options(), Topology::single_node(4));
@@ -399,7 +400,7 @@ TEST(EngineTenant, a_zero_gpu_tenant_keeps_its_phase_priority_and_a_positive_sha
 }
 
 TEST(EngineTenant, the_share_belongs_to_the_tenant_not_to_each_process) {
-  // design.md section 2: "a tenant that starts more processes takes more CPU". The tenant weight
+  // A tenant that starts more processes must not take more CPU. The tenant weight
   // of each decision is the tenant's cgroup weight, independent of how many processes it has.
   Engine e(multi_tenant_options(), Topology::single_node(16));
   ASSERT_TRUE(e.upsert_tenant(tenant("a", 2)).ok());
@@ -473,8 +474,7 @@ TEST(EngineTenant, reassigning_moves_the_process_between_tenants) {
 }
 
 TEST(EngineTenant, unregistering_a_task_drops_its_tenant_mapping) {
-  // design.md section 2: "Unregistering a task keeps its tenant mapping (a reused pid inherits
-  // the tenant)".
+  // Unregistering a task must drop its tenant mapping (a reused pid must not inherit the tenant).
   Engine e(multi_tenant_options(), Topology::single_node(4));
   ASSERT_TRUE(e.upsert_tenant(tenant("a", 2)).ok());
   ASSERT_TRUE(e.upsert_tenant(tenant("b", 6)).ok());

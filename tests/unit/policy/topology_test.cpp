@@ -1,5 +1,5 @@
-// NUMA-aware CPU choice (design.md section 1, "NUMA-aware CPU selection", and the load and
-// missing-node defects of section 2): Topology::select_cpu and CpuPlacer.
+// NUMA-aware CPU choice ([numa] in docs/configuration.md; the load and missing-node cases an
+// earlier implementation got wrong): Topology::select_cpu and CpuPlacer.
 
 #include "policy/topology.hpp"
 
@@ -120,7 +120,7 @@ TEST(Topology, a_cpu_missing_from_the_loads_counts_as_idle) {
 }
 
 TEST(Topology, a_nan_load_never_wins) {
-  // design.md section 2: "a NaN load can win".
+  // A NaN load must never win.
   const Topology t = Topology::single_node(2);
   EXPECT_EQ(t.select_cpu(std::nullopt, std::vector<float>{kNaN, 0.99F}), 1U);
   EXPECT_EQ(t.select_cpu(std::nullopt, std::vector<float>{0.99F, kNaN}), 0U);
@@ -157,7 +157,7 @@ TEST(Topology, sanitize_load_maps_every_float_into_zero_to_one) {
 }
 
 TEST(Topology, a_gpu_whose_node_is_missing_falls_back_to_all_cpus_never_cpu_0) {
-  // design.md section 2: "a GPU whose node is missing gets CPU 0, which may not exist".
+  // A GPU whose node is missing must not get CPU 0, which may not exist.
   Topology t;
   t.add_node(node(0, {4, 5}));
   t.add_node(node(1, {8, 9}));
@@ -234,8 +234,7 @@ TEST(TopologyProperty, select_cpu_always_returns_a_cpu_of_the_topology) {
 // ---- CpuPlacer -------------------------------------------------------------------------------
 
 TEST(CpuPlacer, tasks_of_one_tick_spread_over_an_idle_node) {
-  // design.md section 2: "every task of a node gets the same CPU (and nothing spreads tasks
-  // within a tick)".
+  // Tasks placed in one tick must spread, not all get the node's same CPU.
   Topology t = Topology::single_node(64);
   t.map_gpu(0, 0);
   CpuPlacer p;
@@ -349,7 +348,7 @@ TEST(CpuPlacer, without_gpu_takes_the_best_cpu_of_the_machine) {
 }
 
 TEST(CpuPlacer, numa_disabled_makes_gpu_tasks_choose_among_all_cpus) {
-  // design.md section 2: "numa.enabled = false is ignored".
+  // numa.enabled = false must be honoured.
   const Topology t = two_nodes();
   const std::vector<float> loads = {0.9F, 0.9F, 0.9F, 0.9F, 0.1F, 0.2F, 0.3F, 0.4F};
   CpuPlacer on;

@@ -1,6 +1,6 @@
 #pragma once
-// Parsers for the /proc files the collectors read, and small readers under a proc root so tests
-// can run them on fabricated trees.
+// Parsers for the /proc files the collectors and the backends read, and small readers under a proc
+// root so tests can run them on fabricated trees.
 //
 // Parsers are pure functions on text. They never trust the text: a truncated, empty or garbled
 // file, a number that does not fit, a comm full of parentheses, all give an error (or nullopt),
@@ -28,39 +28,10 @@
 #include <vector>
 
 #include "common/result.hpp"
+#include "sys/file.hpp"
+#include "sys/unique_fd.hpp"
 
-namespace zernel::collect {
-
-// ---------------------------------------------------------------------------------------------
-// A file descriptor that closes itself.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) {
-      reset();
-      fd_ = other.release();
-    }
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  [[nodiscard]] int get() const { return fd_; }
-  [[nodiscard]] bool valid() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+namespace zernel::sys {
 
 // True for the error a reader returns when the process (or thread) no longer exists.
 [[nodiscard]] inline bool is_gone(const Error& e) { return e.code() == ESRCH; }
@@ -220,10 +191,6 @@ Result<bool> parse_task_delayacct(std::string_view text);
 // UniqueFd and sets `err` to the errno value.
 UniqueFd open_dir_at(int dirfd, const char* rel, int& err);
 
-// Reads the whole file `rel` under `dirfd` into `out` (its capacity is kept between calls), at
-// most `max_bytes`. Returns 0 or an errno value; EFBIG when the file is larger than max_bytes.
-int read_file_at(int dirfd, const char* rel, std::string& out, std::size_t max_bytes = 1 << 20);
-
 // A directory stream opened relative to a directory descriptor; next() yields entry names
 // without "." and "..". Used for /proc, /proc/PID/task and /proc/PID/fd.
 class DirReader {
@@ -273,4 +240,4 @@ Result<bool> read_task_delayacct(const std::string& proc_root);
 // values above INT32_MAX).
 std::optional<std::uint32_t> parse_pid_name(std::string_view name);
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

@@ -13,12 +13,12 @@
 
 #include "common/result.hpp"
 
-namespace zernel {
+namespace zernel::sys {
 
 // A journal is a few lines per changed setting or thread; anything larger is not one.
 inline constexpr std::size_t kMaxJournalBytes = 16U << 20;
 
-// write_trusted_file (common/trusted_file.hpp): an O_EXCL temporary file in a directory only
+// write_trusted_file (sys/trusted_file.hpp): an O_EXCL temporary file in a directory only
 // root can write (created 0700), fsynced and renamed over PATH. The file is mode 0600. On
 // failure PATH is untouched.
 Result<void> write_file_atomically(const std::string& path, const std::string& text);
@@ -58,4 +58,4 @@ std::optional<T> parse_number(std::string_view s) {
   return v;
 }
 
-}  // namespace zernel
+}  // namespace zernel::sys

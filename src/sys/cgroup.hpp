@@ -22,7 +22,7 @@
 
 #include "common/result.hpp"
 
-namespace zernel::enforce::userspace {
+namespace zernel::sys {
 
 enum class CgroupVersion : std::uint8_t { v1, v2 };
 
@@ -31,6 +31,18 @@ struct CpuCgroupLayout {
   std::string mount_point;       // where the hierarchy is mounted: "/sys/fs/cgroup/cpu"
   std::string mount_root = "/";  // the hierarchy path that mount shows (field 4 of mountinfo)
 };
+
+// One cgroup (v1) or cgroup2 mount of a mountinfo file.
+struct CgroupMount {
+  CgroupVersion version = CgroupVersion::v1;
+  std::string mount_point;    // unescaped, as mounted: "/sys/fs/cgroup"
+  std::string mount_root;     // the hierarchy path that mount shows (field 4)
+  std::string super_options;  // "rw,cpu,cpuacct" (v1: the controllers are among them)
+};
+
+// The cgroup and cgroup2 mounts in the text of a mountinfo file, in its order; other lines are
+// skipped. The daemon's layout detection and `zernel-scheduler info` both read mounts here.
+std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo);
 
 // Finds the cpu hierarchy from the text of a mountinfo file. `fs_prefix` is prepended to every
 // mount point when files are read or returned (tests: a temp dir). ENOENT when there is none.
@@ -79,4 +91,4 @@ struct SubtreeProcs {
 };
 Result<SubtreeProcs> read_subtree_procs(const std::string& dir, std::size_t limit = 4096);
 
-}  // namespace zernel::enforce::userspace
+}  // namespace zernel::sys

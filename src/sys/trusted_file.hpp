@@ -21,7 +21,7 @@
 
 #include "common/result.hpp"
 
-namespace zernel {
+namespace zernel::sys {
 
 struct TrustedText {
   std::string text;
@@ -43,4 +43,4 @@ Result<void> ensure_private_dir(const std::string& dir);
 // untouched and the temporary file removed.
 Result<void> write_trusted_file(const std::string& path, const std::string& text);
 
-}  // namespace zernel
+}  // namespace zernel::sys

@@ -1,4 +1,4 @@
-#include "collect/delayacct_share.hpp"
+#include "sys/delayacct_share.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,11 +10,11 @@
 #include <utility>
 #include <vector>
 
-#include "collect/procfs.hpp"
-#include "common/journal_file.hpp"
-#include "common/trusted_file.hpp"
+#include "sys/journal_file.hpp"
+#include "sys/procfs.hpp"
+#include "sys/trusted_file.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 constexpr std::string_view kMagic = "zernel-delayacct-holders 1";
@@ -168,4 +168,4 @@ Result<bool> delayacct_held_by_others(const std::string& holders_path,
   return false;
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

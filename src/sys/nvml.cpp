@@ -1,4 +1,4 @@
-#include "collect/nvml.hpp"
+#include "sys/nvml.hpp"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -11,9 +11,9 @@
 #include <map>
 #include <system_error>
 
-#include "collect/nvml_abi.h"
+#include "sys/nvml_abi.h"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 // The entry points, typed from nvml_abi.h's prototypes.
 struct Nvml::Api {
@@ -656,4 +656,4 @@ void Nvml::forget_changes(std::uint32_t device) {
   if (device < originals_.size()) originals_[device] = OriginalSettings{};
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

@@ -1,4 +1,4 @@
-#include "common/trusted_file.hpp"
+#include "sys/trusted_file.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <vector>
 
-namespace zernel {
+namespace zernel::sys {
 namespace {
 
 std::int64_t mtime_ns(const struct stat& st) {
@@ -152,4 +152,4 @@ Result<void> write_trusted_file(const std::string& path, const std::string& text
   return Ok{};
 }
 
-}  // namespace zernel
+}  // namespace zernel::sys

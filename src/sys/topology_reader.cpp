@@ -1,23 +1,16 @@
-#include "collect/topology_reader.hpp"
+#include "sys/topology_reader.hpp"
 
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
-namespace zernel::collect {
+#include "sys/file.hpp"
+
+namespace zernel::sys {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::optional<std::string> read_small_file(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::string trim(std::string s) {
   const auto not_space = [](unsigned char c) { return !std::isspace(c); };
@@ -36,7 +29,7 @@ std::optional<std::uint64_t> parse_u64(std::string_view s, int base = 10) {
 
 // "0x10de\n" -> 0x10de
 std::optional<std::uint64_t> parse_hex_file(const fs::path& p) {
-  auto text = read_small_file(p);
+  auto text = read_file(p.string());
   if (!text) return std::nullopt;
   std::string t = trim(*text);
   if (t.rfind("0x", 0) == 0) t = t.substr(2);
@@ -52,7 +45,7 @@ std::optional<std::uint32_t> node_number(const std::string& name) {
 
 // "Node 0 MemTotal:       32768 kB" -> 32 (MiB)
 std::uint64_t node_memory_mb(const fs::path& meminfo) {
-  auto text = read_small_file(meminfo);
+  auto text = read_file(meminfo.string());
   if (!text) return 0;
   std::istringstream in(*text);
   std::string line;
@@ -67,7 +60,7 @@ std::uint64_t node_memory_mb(const fs::path& meminfo) {
 }
 
 std::optional<std::uint32_t> driver_minor(const fs::path& proc_root, const std::string& bus_id) {
-  auto text = read_small_file(proc_root / "driver/nvidia/gpus" / bus_id / "information");
+  auto text = read_file((proc_root / "driver/nvidia/gpus" / bus_id / "information").string());
   if (!text) return std::nullopt;
   std::istringstream in(*text);
   std::string line;
@@ -94,7 +87,7 @@ void read_gpus(const fs::path& sys, const fs::path& proc, TopologyInfo& info) {
     if (base_sub != 0x0300 && base_sub != 0x0302) continue;
     GpuLocation g;
     g.bus_id = d.filename().string();
-    if (auto text = read_small_file(d / "numa_node")) {
+    if (auto text = read_file((d / "numa_node").string())) {
       std::string t = trim(*text);
       if (auto v = parse_u64(t); v && *v <= UINT32_MAX) {
         g.node = static_cast<std::uint32_t>(*v);
@@ -158,7 +151,7 @@ Result<TopologyInfo> read_topology(const std::string& sys_root, const std::strin
        it.increment(ec)) {
     auto id = node_number(it->path().filename().string());
     if (!id) continue;
-    auto text = read_small_file(it->path() / "cpulist");
+    auto text = read_file((it->path() / "cpulist").string());
     if (!text) continue;
     auto cpus = parse_cpu_list(*text);
     if (!cpus) {
@@ -169,7 +162,7 @@ Result<TopologyInfo> read_topology(const std::string& sys_root, const std::strin
   }
   if (nodes.empty()) {
     // No NUMA directory (CONFIG_NUMA=n): one node with every online CPU.
-    auto text = read_small_file(sys / "devices/system/cpu/online");
+    auto text = read_file((sys / "devices/system/cpu/online").string());
     if (!text) return Error(ENOENT, "no CPUs found under " + sys_root + "/devices/system");
     auto cpus = parse_cpu_list(*text);
     if (!cpus) return cpus.error().context(sys_root + "/devices/system/cpu/online");
@@ -188,4 +181,4 @@ Result<TopologyInfo> read_topology(const std::string& sys_root, const std::strin
   return info;
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

@@ -1,4 +1,4 @@
-#include "collect/delayacct.hpp"
+#include "sys/delayacct.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 namespace fs = std::filesystem;
@@ -199,10 +199,10 @@ TEST(DelayAcct, toggles_and_restores_the_real_sysctl) {
 }
 
 }  // namespace
-}  // namespace zernel::collect
+}  // namespace zernel::sys
 
-// ---- shared by several daemons (collect/delayacct_share.hpp) ----
-namespace zernel::collect {
+// ---- shared by several daemons (sys/delayacct_share.hpp) ----
+namespace zernel::sys {
 namespace {
 
 void fake_stat(const FakeSysctl& f, std::uint32_t pid, std::uint64_t start) {
@@ -249,4 +249,4 @@ TEST(DelayAcctShare, a_daemon_leaving_while_another_holds_it_leaves_it_on) {
 }
 
 }  // namespace
-}  // namespace zernel::collect
+}  // namespace zernel::sys

@@ -8,7 +8,7 @@
 // holder that died (kill -9) is pruned by whoever touches the file next; while any holder lives,
 // nobody turns it off, crash recovery included. Changes are made under flock() of the directory.
 //
-// Format (common/journal_file.hpp's frame):
+// Format (sys/journal_file.hpp's frame):
 //   zernel-delayacct-holders 1
 //   original 0|1
 //   holder PID START        (START: /proc/PID/stat field 22)
@@ -19,7 +19,7 @@
 
 #include "common/result.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 // Registers this process as a holder. Returns the original value: the file's when it exists
 // (another daemon, alive or dead, turned it on), else `current`.
@@ -36,4 +36,4 @@ Result<std::optional<bool>> delayacct_leave(const std::string& holders_path,
 Result<bool> delayacct_held_by_others(const std::string& holders_path,
                                       const std::string& proc_root);
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

@@ -1,4 +1,4 @@
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 
 #include "support/temp_tree.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 namespace fs = std::filesystem;
@@ -445,4 +445,4 @@ TEST(ProcReaders, reads_this_process_on_the_real_proc) {
 }
 
 }  // namespace
-}  // namespace zernel::collect
+}  // namespace zernel::sys

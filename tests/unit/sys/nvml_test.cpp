@@ -3,7 +3,7 @@
 // training job, drives. Each test gets its own shared-memory segment (ZERNEL_FAKE_GPU_SHM, a
 // unique name, removed at the end), so tests never see each other's GPUs.
 
-#include "collect/nvml.hpp"
+#include "sys/nvml.hpp"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -23,14 +23,14 @@
 #include <thread>
 #include <vector>
 
-#include "collect/nvml_abi.h"
 #include "support/emulated_gpu.hpp"
+#include "sys/nvml_abi.h"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
 #endif
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 using test_support::EmulatedGpu;
@@ -646,4 +646,4 @@ TEST(Nvml, a_segment_of_another_layout_version_is_a_clear_error) {
 }
 
 }  // namespace
-}  // namespace zernel::collect
+}  // namespace zernel::sys

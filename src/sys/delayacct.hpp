@@ -20,7 +20,7 @@
 
 #include "common/result.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 // Writes "1" or "0" to PROC/sys/kernel/task_delayacct.
 Result<void> write_task_delayacct(const std::string& proc_root, bool on);
@@ -32,7 +32,7 @@ struct DelayAcctJournal {
   std::function<Result<void>(bool original)> record;
   // Called after restore() wrote the original back; an error is restore()'s.
   std::function<Result<void>()> forget;
-  // The machine-wide holders file (collect/delayacct_share.hpp); empty: this guard alone decides.
+  // The machine-wide holders file (sys/delayacct_share.hpp); empty: this guard alone decides.
   // With it, the guard registers as a holder, the original is the first holder's, and restore()
   // writes it back only when no other live daemon holds the switch.
   std::string holders_path;
@@ -75,4 +75,4 @@ class DelayAcctGuard {
   bool changed_ = false;  // with holders_path: registered as a holder
 };
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

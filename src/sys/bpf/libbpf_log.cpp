@@ -1,4 +1,4 @@
-#include "collect/probes/libbpf_log.hpp"
+#include "sys/bpf/libbpf_log.hpp"
 
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
@@ -49,4 +49,4 @@ void route_libbpf_log() {
   (void)installed;
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

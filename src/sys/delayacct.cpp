@@ -1,4 +1,4 @@
-#include "collect/delayacct.hpp"
+#include "sys/delayacct.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -6,11 +6,12 @@
 #include <cerrno>
 #include <utility>
 
-#include "collect/delayacct_share.hpp"
-#include "collect/procfs.hpp"
 #include "common/log.hpp"
+#include "sys/delayacct_share.hpp"
+#include "sys/file.hpp"
+#include "sys/procfs.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 namespace {
 
@@ -40,16 +41,9 @@ Error explain(Error e) {
 }  // namespace
 
 Result<void> write_task_delayacct(const std::string& proc_root, bool on) {
-  const std::string path = sysctl_path(proc_root);
-  const UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd.valid()) return explain(errno_error("writing " + path));
-  const char value = on ? '1' : '0';
-  for (;;) {
-    const ssize_t n = ::write(fd.get(), &value, 1);
-    if (n == 1) return Ok{};
-    if (n < 0 && errno == EINTR) continue;
-    return explain(errno_error("writing " + path, n < 0 ? errno : EIO));
-  }
+  // No O_TRUNC: a sysctl takes the value in place.
+  if (auto r = write_file(sysctl_path(proc_root), on ? "1" : "0", 0); !r) return explain(r.error());
+  return Ok{};
 }
 
 Result<DelayAcctGuard> DelayAcctGuard::enable(std::string proc_root, DelayAcctJournal journal) {
@@ -163,4 +157,4 @@ Result<void> DelayAcctGuard::restore() {
   return Ok{};
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

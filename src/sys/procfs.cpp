@@ -1,4 +1,4 @@
-#include "collect/procfs.hpp"
+#include "sys/procfs.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <charconv>
 #include <limits>
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 namespace {
 
@@ -102,11 +102,6 @@ Result<void> read_proc_file(const std::string& pid_dir, const char* rel, std::st
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-
-void UniqueFd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
 
 Error proc_read_error(const std::string& what, int err) {
   if (err == ENOENT || err == ESRCH) return Error(ESRCH, what + ": process is gone");
@@ -429,39 +424,6 @@ UniqueFd open_dir_at(int dirfd, const char* rel, int& err) {
   return UniqueFd(fd);
 }
 
-int read_file_at(int dirfd, const char* rel, std::string& out, std::size_t max_bytes) {
-  out.clear();
-  UniqueFd fd(::openat(dirfd, rel, O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return errno;
-  std::size_t len = 0;
-  out.resize(std::min(std::max<std::size_t>(out.capacity(), 4096), max_bytes + 1));
-  for (;;) {
-    if (len == out.size()) {
-      const std::size_t grown = std::min(out.size() * 2, max_bytes + 1);
-      if (grown == out.size()) {
-        out.clear();
-        return EFBIG;
-      }
-      out.resize(grown);
-    }
-    const ssize_t n = ::read(fd.get(), out.data() + len, out.size() - len);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      out.clear();
-      return err;
-    }
-    if (n == 0) break;
-    len += static_cast<std::size_t>(n);
-  }
-  out.resize(len);
-  if (len > max_bytes) {
-    out.clear();
-    return EFBIG;
-  }
-  return 0;
-}
-
 DirReader::DirReader(int dirfd, const char* rel) {
   int fd = ::openat(dirfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
@@ -619,4 +581,4 @@ Result<bool> read_task_delayacct(const std::string& proc_root) {
   return on;
 }
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

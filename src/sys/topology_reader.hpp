@@ -22,7 +22,7 @@
 #include "common/result.hpp"
 #include "policy/topology.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 struct GpuLocation {
   std::uint32_t index = 0;           // driver's number
@@ -43,4 +43,4 @@ Result<std::vector<std::uint32_t>> parse_cpu_list(const std::string& text);
 Result<TopologyInfo> read_topology(const std::string& sys_root = "/sys",
                                    const std::string& proc_root = "/proc");
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

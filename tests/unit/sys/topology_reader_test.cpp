@@ -1,4 +1,4 @@
-#include "collect/topology_reader.hpp"
+#include "sys/topology_reader.hpp"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "support/temp_tree.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,4 +159,4 @@ TEST(TopologyReader, reads_the_real_machine) {
 }
 
 }  // namespace
-}  // namespace zernel::collect
+}  // namespace zernel::sys

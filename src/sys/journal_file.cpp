@@ -1,12 +1,12 @@
-#include "common/journal_file.hpp"
+#include "sys/journal_file.hpp"
 
-#include "common/trusted_file.hpp"
+#include "sys/trusted_file.hpp"
 
 #include <fmt/format.h>
 
 #include <cerrno>
 
-namespace zernel {
+namespace zernel::sys {
 Result<void> write_file_atomically(const std::string& path, const std::string& text) {
   return write_trusted_file(path, text);
 }
@@ -87,4 +87,4 @@ Result<void> parse_journal_text(std::string_view text, std::string_view magic,
   return Ok{};
 }
 
-}  // namespace zernel
+}  // namespace zernel::sys

@@ -1,4 +1,4 @@
-#include "common/trusted_file.hpp"
+#include "sys/trusted_file.hpp"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -7,11 +7,11 @@
 #include <chrono>
 #include <filesystem>
 
-#include "common/journal_file.hpp"
 #include "config/config.hpp"
 #include "support/temp_tree.hpp"
+#include "sys/journal_file.hpp"
 
-namespace zernel {
+namespace zernel::sys {
 namespace {
 
 using test_support::TempTree;
@@ -119,9 +119,9 @@ TEST(TrustedFile, a_config_that_is_a_fifo_or_world_writable_is_a_clear_error) {
 }
 
 }  // namespace
-}  // namespace zernel
+}  // namespace zernel::sys
 
-namespace zernel {
+namespace zernel::sys {
 namespace {
 
 TEST(TrustedFile, group_write_counts_only_for_a_group_other_than_roots) {
@@ -138,4 +138,4 @@ TEST(TrustedFile, group_write_counts_only_for_a_group_other_than_roots) {
 }
 
 }  // namespace
-}  // namespace zernel
+}  // namespace zernel::sys

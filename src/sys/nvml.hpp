@@ -1,6 +1,6 @@
 #pragma once
-// The NVML collector: GPUs, their utilisation, the processes that use them, and (for power
-// management) their clocks and power limits, read through NVIDIA's management library.
+// NVIDIA's management library: GPUs, their utilisation, the processes that use them (read by the
+// daemon's GPU poll), and their clocks and power limits (read and set by power management).
 //
 // libnvidia-ml.so.1 is loaded at run time with dlopen, never linked, so the daemon runs on
 // machines without a driver: there, Nvml::load fails with one clear Error ("libnvidia-ml.so.1 not
@@ -12,7 +12,7 @@
 // Symbols. The entry points every use needs (init, shutdown, error strings, device count,
 // handles, names, PCI info) are required: without one, load fails naming it. Every other one is
 // optional: a driver that lacks it disables that feature (has() says which are on) and its calls
-// return an ENOTSUP Error. The types come from collect/nvml_abi.h, the header the fake library
+// return an ENOTSUP Error. The types come from sys/nvml_abi.h, the header the fake library
 // implements, so the two cannot drift.
 //
 // Errors carry the call, the GPU and nvmlErrorString:
@@ -38,7 +38,7 @@
 
 #include "common/result.hpp"
 
-namespace zernel::collect {
+namespace zernel::sys {
 
 inline constexpr const char* kNvmlLibrary = "libnvidia-ml.so.1";
 
@@ -183,4 +183,4 @@ class Nvml {
   std::vector<OriginalSettings> originals_;  // per device
 };
 
-}  // namespace zernel::collect
+}  // namespace zernel::sys

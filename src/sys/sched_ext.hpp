@@ -1,46 +1,41 @@
 #pragma once
 // /sys/kernel/sched_ext: is sched_ext there, and is it free for us? Header-only, takes the sysfs
-// root so that tests can use a fake tree.
+// root so that tests can use a fake tree. The backend and `zernel-scheduler info` both ask here.
 //
 //   state        "disabled", "enabling", "enabled", "disabling" (and on 7.x maybe more)
 //   root/ops     the loaded scheduler's name (only while one is loaded)
+//   enable_seq   schedulers enabled since boot (6.12 and later)
 
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 
 #include "common/result.hpp"
+#include "sys/file.hpp"
 
-namespace zernel::enforce::scx {
+namespace zernel::sys {
 
-struct SysfsState {
-  std::string state;  // as the kernel wrote it, without the newline
-  std::string ops;    // empty when none is loaded
+struct SchedExtState {
+  std::string state;       // as the kernel wrote it, without the newline
+  std::string ops;         // empty when none is loaded
+  std::string enable_seq;  // how many times a scheduler was enabled; empty when not kept
 };
 
-inline std::optional<std::string> read_first_line(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  if (!in) return std::nullopt;
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 // nullopt when the kernel has no sched_ext (no state file).
-inline std::optional<SysfsState> read_sysfs_state(const std::filesystem::path& sys_root) {
+inline std::optional<SchedExtState> read_sched_ext_state(const std::filesystem::path& sys_root) {
   const auto dir = sys_root / "kernel" / "sched_ext";
-  auto state = read_first_line(dir / "state");
+  auto state = read_first_line((dir / "state").string());
   if (!state) return std::nullopt;
-  SysfsState s;
+  SchedExtState s;
   s.state = *state;
-  s.ops = read_first_line(dir / "root" / "ops").value_or("");
+  s.ops = read_first_line((dir / "root" / "ops").string()).value_or("");
+  s.enable_seq = read_first_line((dir / "enable_seq").string()).value_or("");
   return s;
 }
 
 // Ok when sched_ext exists and no scheduler is loaded; ENOTSUP / EBUSY with a clear message.
 inline Result<void> check_sched_ext_free(const std::filesystem::path& sys_root) {
-  auto s = read_sysfs_state(sys_root);
+  auto s = read_sched_ext_state(sys_root);
   if (!s) {
     return Error(ENOTSUP, "this kernel has no sched_ext (" +
                               (sys_root / "kernel/sched_ext/state").string() +
@@ -54,4 +49,4 @@ inline Result<void> check_sched_ext_free(const std::filesystem::path& sys_root) 
   return Ok{};
 }
 
-}  // namespace zernel::enforce::scx
+}  // namespace zernel::sys

@@ -3,7 +3,7 @@
  * our own header, not a copy of nvml.h).
  *
  * One header, two users, so they cannot drift:
- *   - src/collect/nvml.cpp dlopens the library and types every dlsym() result with
+ *   - src/sys/nvml.cpp dlopens the library and types every dlsym() result with
  *     decltype(&nvmlXxx), so a wrong prototype here is a compile error there;
  *   - tools/fake_gpu/fake_nvml.c implements these prototypes (the compiler checks each
  *     definition against its declaration here).

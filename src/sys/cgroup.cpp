@@ -1,4 +1,4 @@
-#include "enforce/userspace/cgroup.hpp"
+#include "sys/cgroup.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,12 +8,11 @@
 #include <cerrno>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
-#include "collect/procfs.hpp"
+#include "sys/file.hpp"
+#include "sys/procfs.hpp"
 
-namespace zernel::enforce::userspace {
+namespace zernel::sys {
 namespace {
 
 namespace fs = std::filesystem;
@@ -60,19 +59,10 @@ bool has_token(std::string_view list, std::string_view token, char sep) {
   return false;
 }
 
-std::optional<std::string> read_small(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
-Result<CpuCgroupLayout> detect_cpu_cgroup(std::string_view mountinfo,
-                                          const std::string& fs_prefix) {
-  std::optional<CpuCgroupLayout> v1;
+std::vector<CgroupMount> parse_cgroup_mounts(std::string_view mountinfo) {
+  std::vector<CgroupMount> mounts;
   std::size_t pos = 0;
   while (pos < mountinfo.size()) {
     std::size_t end = mountinfo.find('\n', pos);
@@ -84,12 +74,23 @@ Result<CpuCgroupLayout> detect_cpu_cgroup(std::string_view mountinfo,
     const auto dash = std::find(f.begin(), f.end(), std::string_view("-"));
     if (f.size() < 6 || dash == f.end() || f.end() - dash < 3) continue;  // not a mount line
     const std::string_view fstype = *(dash + 1);
-    const std::string_view super_opts = *(dash + 3);
+    if (fstype != "cgroup2" && fstype != "cgroup") continue;
+    mounts.push_back({fstype == "cgroup2" ? CgroupVersion::v2 : CgroupVersion::v1,
+                      unescape_mount_path(f[4]), unescape_mount_path(f[3]),
+                      std::string(*(dash + 3))});
+  }
+  return mounts;
+}
+
+Result<CpuCgroupLayout> detect_cpu_cgroup(std::string_view mountinfo,
+                                          const std::string& fs_prefix) {
+  std::optional<CpuCgroupLayout> v1;
+  for (const CgroupMount& m : parse_cgroup_mounts(mountinfo)) {
     CpuCgroupLayout l;
-    l.mount_root = unescape_mount_path(f[3]);
-    l.mount_point = fs_prefix + unescape_mount_path(f[4]);
-    if (fstype == "cgroup2") {
-      const auto controllers = read_small(l.mount_point + "/cgroup.controllers");
+    l.mount_root = m.mount_root;
+    l.mount_point = fs_prefix + m.mount_point;
+    if (m.version == CgroupVersion::v2) {
+      const auto controllers = read_file(l.mount_point + "/cgroup.controllers");
       if (!controllers) continue;
       std::string c = *controllers;
       std::replace(c.begin(), c.end(), '\n', ' ');
@@ -97,7 +98,7 @@ Result<CpuCgroupLayout> detect_cpu_cgroup(std::string_view mountinfo,
       l.version = CgroupVersion::v2;
       return l;  // the unified hierarchy with the cpu controller wins
     }
-    if (fstype == "cgroup" && !v1 && has_token(super_opts, "cpu", ',')) {
+    if (!v1 && has_token(m.super_options, "cpu", ',')) {
       l.version = CgroupVersion::v1;
       v1 = std::move(l);
     }
@@ -110,8 +111,9 @@ Result<CpuCgroupLayout> detect_cpu_cgroup(std::string_view mountinfo,
 
 Result<CpuCgroupLayout> detect_cpu_cgroup_from(const std::string& mountinfo_path,
                                                const std::string& fs_prefix) {
-  const auto text = read_small(mountinfo_path);
-  if (!text) return errno_error("reading " + mountinfo_path, errno != 0 ? errno : ENOENT);
+  // A host with thousands of mounts (a node full of containers) has a mountinfo of megabytes.
+  const auto text = read_file(mountinfo_path, std::size_t{64} << 20);
+  if (!text) return text.error();
   auto l = detect_cpu_cgroup(*text, fs_prefix);
   if (!l) return l.error().context(mountinfo_path);
   return l;
@@ -135,7 +137,7 @@ std::optional<std::string> cgroup_dir(const CpuCgroupLayout& layout, std::string
     if (path.substr(i, j - i) == "/.." || path.substr(i, j - i) == "/.") return std::nullopt;
     i = j;
   }
-  if (!collect::cgroup_path_has_prefix(path, layout.mount_root)) return std::nullopt;
+  if (!sys::cgroup_path_has_prefix(path, layout.mount_root)) return std::nullopt;
   std::string_view rest = path;
   if (layout.mount_root != "/") rest.remove_prefix(layout.mount_root.size());
   while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
@@ -145,35 +147,29 @@ std::optional<std::string> cgroup_dir(const CpuCgroupLayout& layout, std::string
 }
 
 std::optional<std::string> cpu_cgroup_path(CgroupVersion version, std::string_view proc_cgroup) {
-  auto info = collect::parse_cgroup(proc_cgroup);
+  auto info = sys::parse_cgroup(proc_cgroup);
   if (!info) return std::nullopt;
   if (version == CgroupVersion::v2) return info->v2_path;
-  for (const collect::CgroupV1Entry& e : info->v1) {
+  for (const sys::CgroupV1Entry& e : info->v1) {
     if (has_token(e.controllers, "cpu", ',')) return e.path;
   }
   return std::nullopt;
 }
 
 Result<void> write_cgroup_file(const std::string& path, std::string_view value) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("opening " + path);
-  const ssize_t n = ::write(fd, value.data(), value.size());
-  const int err = errno;
-  ::close(fd);
-  if (n < 0) return errno_error("writing \"" + std::string(value) + "\" to " + path, err);
-  if (static_cast<std::size_t>(n) != value.size()) {
-    return Error(EIO, "short write to " + path);
-  }
-  return Ok{};
+  return write_file(path, value, O_TRUNC | O_CREAT);
 }
 
 Result<std::vector<std::uint32_t>> read_cgroup_procs(const std::string& dir) {
-  const std::string path = dir + "/cgroup.procs";
-  std::ifstream in(path);
-  if (!in) return errno_error("reading " + path, errno != 0 ? errno : ENOENT);
+  // One line per pid, at most about 4 million pids (pid_max).
+  auto text = read_file(dir + "/cgroup.procs", std::size_t{32} << 20);
+  if (!text) return text.error();
   std::vector<std::uint32_t> pids;
-  std::string line;
-  while (std::getline(in, line)) {
+  std::string_view rest = *text;
+  while (!rest.empty()) {
+    const std::size_t nl = std::min(rest.find('\n'), rest.size());
+    const std::string_view line = rest.substr(0, nl);
+    rest.remove_prefix(std::min(nl + 1, rest.size()));
     std::uint32_t pid = 0;
     const auto [p, ec] = std::from_chars(line.data(), line.data() + line.size(), pid);
     if (ec == std::errc() && pid != 0) pids.push_back(pid);
@@ -182,7 +178,7 @@ Result<std::vector<std::uint32_t>> read_cgroup_procs(const std::string& dir) {
 }
 
 std::optional<std::uint64_t> read_cgroup_cpu_value(CgroupVersion version, const std::string& dir) {
-  const auto text = read_small(dir + "/" + cgroup_cpu_file(version));
+  const auto text = read_file(dir + "/" + cgroup_cpu_file(version));
   if (!text) return std::nullopt;
   std::string_view v = *text;
   while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
@@ -227,4 +223,4 @@ Result<SubtreeProcs> read_subtree_procs(const std::string& dir, std::size_t limi
   return out;
 }
 
-}  // namespace zernel::enforce::userspace
+}  // namespace zernel::sys
