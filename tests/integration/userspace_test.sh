@@ -54,6 +54,7 @@ metrics_port = $port
 
 [multi_tenant]
 enabled = true
+runtime_state_file = "$tmp/lib/runtime-tenants.json"
 
 [[tenants]]
 id = "big"
