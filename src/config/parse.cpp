@@ -549,8 +549,8 @@ class Parser {
   bool runtime_state_file(const toml::node& node, const std::string& where) {
     std::string value;
     if (!values_.string(node, where, value)) return false;
-    if (!value.empty() && (value.front() != '/' || value.back() == '/' ||
-                           value.find('\0') != std::string::npos)) {
+    if (!value.empty() &&
+        (value.front() != '/' || value.back() == '/' || value.find('\0') != std::string::npos)) {
       diag_.error(where, fmt::format("\"{}\" is not an absolute file path", value), &node,
                   "write a path such as /var/lib/zernel/runtime-tenants.json, or \"\" to keep "
                   "runtime tenants in memory only");

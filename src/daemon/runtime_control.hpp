@@ -112,7 +112,7 @@ class RuntimeControl {
   policy::Engine& engine_;
   ControlHost& host_;
   RuntimeControlOptions opts_;
-  std::unordered_set<std::string> runtime_tenants_;  // added by `tenant add`, kept on reload
+  std::unordered_set<std::string> runtime_tenants_;    // added by `tenant add`, kept on reload
   std::map<std::uint32_t, AssignedProcess> assigned_;  // by `tenant assign`, for the state file
 };
 

@@ -44,9 +44,10 @@ void RuntimeControl::restore_saved_state() {
   const std::string& path = opts_.state_path;
   auto read = read_runtime_state(path);
   if (!read) {
-    spdlog::error("runtime tenants: {}; ignored: starting with the configuration's tenants only "
-                  "(the file is replaced at the next `tenant add`, `remove` or `assign`)",
-                  read.error().message());
+    spdlog::error(
+        "runtime tenants: {}; ignored: starting with the configuration's tenants only "
+        "(the file is replaced at the next `tenant add`, `remove` or `assign`)",
+        read.error().message());
     return;
   }
   if (!read->has_value()) {
@@ -59,9 +60,10 @@ void RuntimeControl::restore_saved_state() {
   std::size_t skipped = 0;
   for (const policy::TenantSpec& spec : state.tenants) {
     if (defines(config_.tenants, spec.id)) {
-      spdlog::info("runtime tenants: \"{}\" is defined by the configuration, which wins; the "
-                   "saved one is dropped",
-                   spec.id);
+      spdlog::info(
+          "runtime tenants: \"{}\" is defined by the configuration, which wins; the "
+          "saved one is dropped",
+          spec.id);
       ++skipped;
       continue;
     }
@@ -96,9 +98,10 @@ void RuntimeControl::restore_saved_state() {
     }
     ++processes;
   }
-  spdlog::info("runtime tenants: restored {} tenant(s) and {} assigned process(es) from {}; "
-               "skipped {}",
-               tenants, processes, path, skipped);
+  spdlog::info(
+      "runtime tenants: restored {} tenant(s) and {} assigned process(es) from {}; "
+      "skipped {}",
+      tenants, processes, path, skipped);
 }
 
 }  // namespace zernel::daemon

@@ -657,9 +657,9 @@ TEST(Config, runtime_state_file_is_an_absolute_path_or_empty) {
                 .config.multi_tenant.runtime_state_file,
             "");
   for (const char* bad : {"relative/state.json", "/var/lib/zernel/"}) {
-    EXPECT_TRUE(contains(parse_error(std::string("[multi_tenant]\nruntime_state_file = \"") +
-                                     bad + "\"\n"),
-                         "[multi_tenant] runtime_state_file"))
+    EXPECT_TRUE(
+        contains(parse_error(std::string("[multi_tenant]\nruntime_state_file = \"") + bad + "\"\n"),
+                 "[multi_tenant] runtime_state_file"))
         << bad;
   }
 }

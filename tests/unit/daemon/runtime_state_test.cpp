@@ -52,7 +52,7 @@ TEST(RuntimeState, write_creates_a_private_directory_and_a_0600_file_that_reads_
   TempTree t;
   const std::string path = state_path(t);
   ASSERT_TRUE(write_runtime_state(path, sample_state()).ok());
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(t.path("lib/zernel").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0700U);
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
@@ -133,18 +133,17 @@ TEST(RuntimeState, truncated_or_invalid_text_is_refused_naming_the_entry_fail) {
   ASSERT_FALSE(bad_gpus.ok());
   EXPECT_NE(bad_gpus.error().message().find("tenants[1]"), std::string::npos)
       << bad_gpus.error().message();
-  EXPECT_FALSE(parse_runtime_state(
-                   R"({"version":1,"tenants":[{"id":"a","gpus":1,"class":"nope"}]})")
-                   .ok());
-  EXPECT_FALSE(parse_runtime_state(
-                   R"({"version":1,"tenants":[{"op":"tenant_remove","id":"a"}]})")
-                   .ok());
-  EXPECT_FALSE(parse_runtime_state(
-                   R"({"version":1,"tenants":[{"id":"a","gpus":1,"class":"training","cpu_weight":1e9}]})")
-                   .ok());
+  EXPECT_FALSE(
+      parse_runtime_state(R"({"version":1,"tenants":[{"id":"a","gpus":1,"class":"nope"}]})").ok());
+  EXPECT_FALSE(
+      parse_runtime_state(R"({"version":1,"tenants":[{"op":"tenant_remove","id":"a"}]})").ok());
+  EXPECT_FALSE(
+      parse_runtime_state(
+          R"({"version":1,"tenants":[{"id":"a","gpus":1,"class":"training","cpu_weight":1e9}]})")
+          .ok());
   // Each assignment as a `tenant assign` request, plus its start time.
-  EXPECT_FALSE(parse_runtime_state(R"({"version":1,"assigned":[{"pid":0,"start":1,"tenant":"a"}]})")
-                   .ok());
+  EXPECT_FALSE(
+      parse_runtime_state(R"({"version":1,"assigned":[{"pid":0,"start":1,"tenant":"a"}]})").ok());
   EXPECT_FALSE(parse_runtime_state(R"({"version":1,"assigned":[{"pid":5,"tenant":"a"}]})").ok());
   EXPECT_FALSE(
       parse_runtime_state(R"({"version":1,"assigned":[{"pid":5,"start":-1,"tenant":"a"}]})").ok());
