@@ -53,8 +53,10 @@ void print_tenants(const nlohmann::json& tenants) {
 }  // namespace
 
 void add_tenant_command(CLI::App& app, TenantCmd& t) {
-  t.cmd = app.add_subcommand("tenant", "Add, remove, list tenants or assign a process to one, in "
-                                       "the running daemon (root only)");
+  t.cmd = app.add_subcommand(
+      "tenant",
+      "Add, remove, list tenants or assign a process to one, in the running daemon (root only); "
+      "kept across its restarts in [multi_tenant] runtime_state_file");
   t.cmd->require_subcommand(1, 1);
   t.add = t.cmd->add_subcommand("add", "Add a tenant, or replace the one with the same id");
   t.add->add_option("--id", t.id, "Tenant id (letters, digits, - _ . : @)")->required();

@@ -52,6 +52,10 @@ struct MultiTenantConfig {
   std::vector<std::string> protected_comms = {"systemd*", "init",        "sshd",
                                               "kubelet",  "containerd*", "dockerd",
                                               "dbus-daemon", "zernel-schedul*"};
+  // Where the tenants added and the processes assigned over the control socket are kept across
+  // restarts (daemon/runtime_state.hpp); "" keeps them in memory only. Read at start-up; a
+  // change takes effect after a restart.
+  std::string runtime_state_file = "/var/lib/zernel/runtime-tenants.json";
 
   bool operator==(const MultiTenantConfig&) const = default;
 };

@@ -60,6 +60,7 @@ void multi_tenant(std::string& out, const MultiTenantConfig& m) {
                      quote(policy::class_name(m.default_priority_class)));
   out += fmt::format("protected_comms = {}\n",
                      array(m.protected_comms, [](const std::string& s) { return quote(s); }));
+  out += fmt::format("runtime_state_file = {}\n", quote(m.runtime_state_file));
 }
 
 void telemetry(std::string& out, const TelemetryConfig& t) {

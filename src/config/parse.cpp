@@ -540,7 +540,24 @@ class Parser {
                           [this](const std::string& s, const std::string& ew,
                                  const toml::node& en) { return comm(s, ew, en); });
          }},
+        {"runtime_state_file",
+         [this](const toml::node& v, const std::string& w) { return runtime_state_file(v, w); }},
     };
+  }
+
+  // An absolute path or "" (runtime tenants not kept across restarts).
+  bool runtime_state_file(const toml::node& node, const std::string& where) {
+    std::string value;
+    if (!values_.string(node, where, value)) return false;
+    if (!value.empty() &&
+        (value.front() != '/' || value.back() == '/' || value.find('\0') != std::string::npos)) {
+      diag_.error(where, fmt::format("\"{}\" is not an absolute file path", value), &node,
+                  "write a path such as /var/lib/zernel/runtime-tenants.json, or \"\" to keep "
+                  "runtime tenants in memory only");
+      return false;
+    }
+    config_.multi_tenant.runtime_state_file = value;
+    return true;
   }
 
   // "normal" was the earlier implementation's default; it is no class and silently meant

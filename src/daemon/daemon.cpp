@@ -181,8 +181,10 @@ void Daemon::start_runtime_control() {
   RuntimeControlOptions o;
   o.self_pid = static_cast<std::uint32_t>(::getpid());
   o.host_pid_namespace = kthreadd && kthreadd->is_kernel_thread();
+  o.state_path = opts_.config.multi_tenant.runtime_state_file;
   ControlHost& host = *this;  // a private base: converted here, where it is accessible
   runtime_ = std::make_unique<RuntimeControl>(opts_.config, engine_, host, o);
+  runtime_->restore_saved_state();
 }
 
 void Daemon::open_nvml() {

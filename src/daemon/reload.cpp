@@ -61,6 +61,8 @@ std::vector<std::string> settings_needing_restart(const config::Config& cur,
   note(next.phase_detection != cur.phase_detection, "[phase_detection]");
   note(next.numa != cur.numa, "[numa]");
   note(next.multi_tenant.enabled != cur.multi_tenant.enabled, "[multi_tenant] enabled");
+  note(next.multi_tenant.runtime_state_file != cur.multi_tenant.runtime_state_file,
+       "[multi_tenant] runtime_state_file");
   note(next.telemetry != cur.telemetry, "[telemetry]");
   note(next.power != cur.power, "[power]");
   note(next.sched_ext != cur.sched_ext, "[sched_ext]");
@@ -112,7 +114,9 @@ Result<void> RuntimeControl::reload(const config::Config& next, std::string_view
 
   const std::size_t before = config_.tenants.size();
   apply_tenants(std::move(tenants));
+  const std::size_t runtime_before = runtime_tenants_.size();
   std::erase_if(runtime_tenants_, [&next](const std::string& id) { return defines(next, id); });
+  if (runtime_tenants_.size() != runtime_before) save_state();
   config_.multi_tenant.default_priority_class = next.multi_tenant.default_priority_class;
   config_.multi_tenant.protected_comms = next.multi_tenant.protected_comms;
   if (next.general.log_level != config_.general.log_level) {

@@ -71,6 +71,7 @@ nlohmann::json RuntimeControl::tenant_add(const policy::TenantSpec& spec) {
     config_.tenants.push_back(config::TenantConfig{spec, {}});
     runtime_tenants_.insert(spec.id);
   }
+  save_state();
   spdlog::info("control: tenant \"{}\" {} ({} GPUs, class {})", spec.id,
                existed ? "replaced" : "added", spec.gpus, policy::class_name(spec.priority_class));
   nlohmann::json out = ok_reply();
@@ -85,6 +86,8 @@ nlohmann::json RuntimeControl::tenant_remove(const std::string& id) {
     config_.tenants.erase(it);
   }
   runtime_tenants_.erase(id);
+  std::erase_if(assigned_, [&id](const auto& kv) { return kv.second.tenant == id; });
+  save_state();
   spdlog::info("control: tenant \"{}\" removed", id);
   return ok_reply();
 }
@@ -95,15 +98,23 @@ nlohmann::json RuntimeControl::tenant_assign(std::uint32_t pid, const std::strin
   // reuses the pid does not inherit the tenant (the daemon's sampling drops it).
   const std::optional<LiveProcess> p = host_.live_process(pid);
   if (!p) return error_reply("no process with pid " + std::to_string(pid));
-  if (auto why = assign_refusal({pid, p->ppid, p->flags, p->comm}, opts_.self_pid,
-                                opts_.host_pid_namespace, config_.multi_tenant.protected_comms)) {
-    return error_reply("refused: " + *why);
-  }
-  host_.drop_if_replaced(pid, p->starttime_ticks);
-  if (auto r = engine_.assign_pid(pid, tenant); !r) return error_reply(r.error().message());
-  host_.track_assigned(pid, p->starttime_ticks);
+  if (auto r = assign(pid, *p, tenant); !r) return error_reply(r.error().message());
+  save_state();
   spdlog::info("control: pid {} assigned to tenant \"{}\"", pid, tenant);
   return ok_reply();
+}
+
+Result<void> RuntimeControl::assign(std::uint32_t pid, const LiveProcess& p,
+                                    const std::string& tenant) {
+  if (auto why = assign_refusal({pid, p.ppid, p.flags, p.comm}, opts_.self_pid,
+                                opts_.host_pid_namespace, config_.multi_tenant.protected_comms)) {
+    return Error(EPERM, "refused: " + *why);
+  }
+  host_.drop_if_replaced(pid, p.starttime_ticks);
+  if (auto r = engine_.assign_pid(pid, tenant); !r) return r.error();
+  host_.track_assigned(pid, p.starttime_ticks);
+  assigned_[pid] = AssignedProcess{pid, p.starttime_ticks, tenant};
+  return Ok{};
 }
 
 nlohmann::json RuntimeControl::status() {

@@ -9,10 +9,17 @@
 // applied. Tenants added with `tenant add` are the "runtime" tenants: a reload keeps them unless
 // the file now defines their id.
 //
+// With a state file (RuntimeControlOptions::state_path), the runtime tenants and the processes
+// assigned with `tenant assign` survive a restart: the file is rewritten after every change
+// (add, remove, assign, and a reload that drops a runtime tenant) and restore_saved_state()
+// applies it at start-up, after the configuration's tenants are registered. The configuration
+// wins: a saved tenant whose id the file defines is not restored (as a reload drops it).
+//
 // What the daemon itself must do for a request (read a process, track a process assigned to a
 // tenant, take a status snapshot) goes through ControlHost, so tests run the requests on a fake.
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -23,6 +30,7 @@
 #include "common/result.hpp"
 #include "config/config.hpp"
 #include "daemon/control.hpp"
+#include "daemon/runtime_state.hpp"
 #include "policy/engine.hpp"
 #include "telemetry/snapshot.hpp"
 
@@ -54,6 +62,7 @@ class ControlHost {
 struct RuntimeControlOptions {
   std::uint32_t self_pid = 0;      // refused by `tenant assign`
   bool host_pid_namespace = true;  // see assign_refusal
+  std::string state_path;          // runtime_state.hpp; "" keeps runtime changes in memory only
 };
 
 class RuntimeControl {
@@ -73,6 +82,12 @@ class RuntimeControl {
   // are logged as taking effect only after a restart. `source` names the file in messages.
   Result<void> reload(const config::Config& next, std::string_view source);
 
+  // Start-up: the state file's tenants (those the configuration does not define) and its
+  // assigned processes that still run (same pid and start time, a registered tenant, not
+  // refused by assign_refusal). A missing file is nothing to restore; an unreadable, forged or
+  // invalid one is logged and ignored (the daemon starts with its configuration's tenants).
+  void restore_saved_state();
+
   // The registered tenants as the control socket lists them.
   [[nodiscard]] nlohmann::json tenant_list() const;
   [[nodiscard]] const std::unordered_set<std::string>& runtime_tenants() const {
@@ -87,12 +102,18 @@ class RuntimeControl {
   [[nodiscard]] std::vector<config::TenantConfig> tenants_after_reload(
       const config::Config& next) const;
   void apply_tenants(std::vector<config::TenantConfig> next);
+  // tenant_assign's checks and effect, for a process whose identity is `p`; the error is the
+  // reply's message.
+  Result<void> assign(std::uint32_t pid, const LiveProcess& p, const std::string& tenant);
+  // Rewrites the state file (nothing without one); a failure is logged, the change stays made.
+  void save_state();
 
   config::Config& config_;
   policy::Engine& engine_;
   ControlHost& host_;
   RuntimeControlOptions opts_;
-  std::unordered_set<std::string> runtime_tenants_;  // added by `tenant add`, kept on reload
+  std::unordered_set<std::string> runtime_tenants_;    // added by `tenant add`, kept on reload
+  std::map<std::uint32_t, AssignedProcess> assigned_;  // by `tenant assign`, for the state file
 };
 
 // The settings that differ between `cur` and `next` and take effect only after a restart (fixed

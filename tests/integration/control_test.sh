@@ -29,6 +29,9 @@ gpu_poll_interval_ms = 100
 [telemetry]
 metrics_port = $port
 
+[multi_tenant]
+runtime_state_file = "$tmp/lib/runtime-tenants.json"
+
 [[tenants]]
 id = "from-config"
 gpus = 2

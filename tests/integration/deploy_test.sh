@@ -38,7 +38,7 @@ assert c["securityContext"]["privileged"] is True
 assert c["livenessProbe"]["httpGet"]["path"] == "/metrics"
 assert ds["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
 mounts = {m["mountPath"] for m in c["volumeMounts"]}
-assert {"/sys", "/run/zernel", "/etc/zernel"} <= mounts, mounts
+assert {"/sys", "/run/zernel", "/etc/zernel", "/var/lib/zernel"} <= mounts, mounts
 assert c["command"][-2:] == ["--config", "/etc/zernel/scheduler.toml"]
 PY
   check "the ConfigMap's config passes check-config" "\"$Z\" check-config $tmp/cm.toml > /dev/null 2>&1"
@@ -52,6 +52,7 @@ check "unit: ExecStart" "grep -qx 'ExecStart=/usr/local/bin/zernel-scheduler --c
 check "unit: Restart=on-failure" "grep -qx 'Restart=on-failure' $unit"
 check "unit: RuntimeDirectory=zernel" "grep -qx 'RuntimeDirectory=zernel' $unit"
 check "unit: the journal in /run/zernel outlives a crash" "grep -qx 'RuntimeDirectoryPreserve=yes' $unit"
+check "unit: /var/lib/zernel (runtime tenants) is writable under ProtectSystem=strict" "grep -qx 'StateDirectory=zernel' $unit"
 check "unit: bounded capabilities" "grep -q '^CapabilityBoundingSet=CAP_SYS_NICE CAP_SYS_ADMIN CAP_BPF CAP_PERFMON' $unit"
 if command -v systemd-analyze > /dev/null; then
   sed "s#/usr/local/bin/zernel-scheduler#$(realpath "$Z")#g; s#/etc/zernel/scheduler.toml#$(realpath "$D/scheduler.toml")#g" \

@@ -22,6 +22,9 @@ gpu_poll_interval_ms = 200
 [telemetry]
 metrics_port = $port
 push_interval_ms = 200
+
+[multi_tenant]
+runtime_state_file = "$tmp/lib/runtime-tenants.json"
 ${2:-}
 TOML
   chmod 0644 "$1"

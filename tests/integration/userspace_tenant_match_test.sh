@@ -76,6 +76,7 @@ metrics_port = $port
 
 [multi_tenant]
 enabled = true
+runtime_state_file = "$tmp/lib/runtime-tenants.json"
 
 [[tenants]]
 id = "byjob"

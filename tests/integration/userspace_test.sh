@@ -54,6 +54,7 @@ metrics_port = $port
 
 [multi_tenant]
 enabled = true
+runtime_state_file = "$tmp/lib/runtime-tenants.json"
 
 [[tenants]]
 id = "big"
@@ -229,9 +230,10 @@ check "after kill -9 the assigned process's group keeps the tenant's weight" \
 check "after kill -9 the journal is left behind" "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"
 
 # ---- run 3: the next start restores from the journal. Without --emulated-gpu it finds no GPU
-# process, so what we see afterwards is the restore alone.
+# process, so what we see afterwards is the restore alone. The runtime state file would assign
+# the member to its tenant again (and renice it): that is runtime_state_test's; here it goes.
 runs=3
-rm -f "$tmp/ctl.sock"
+rm -f "$tmp/ctl.sock" "$tmp/lib/runtime-tenants.json"
 start_daemon
 check "daemon 3 says it restored from the journal" \
   "wait_for 10 \"grep -q 'zernel-scheduler pid [0-9]* did not stop cleanly; restored' $tmp/daemon3.log\""

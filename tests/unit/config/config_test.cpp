@@ -644,3 +644,25 @@ TEST(Config, power_enabled_with_nothing_to_manage_is_a_warning) {
 
 }  // namespace
 }  // namespace zernel::config
+
+namespace zernel::config {
+namespace {
+
+TEST(Config, runtime_state_file_is_an_absolute_path_or_empty) {
+  EXPECT_EQ(Config{}.multi_tenant.runtime_state_file, "/var/lib/zernel/runtime-tenants.json");
+  EXPECT_EQ(parse_ok("[multi_tenant]\nruntime_state_file = \"/tmp/x/state.json\"\n")
+                .config.multi_tenant.runtime_state_file,
+            "/tmp/x/state.json");
+  EXPECT_EQ(parse_ok("[multi_tenant]\nruntime_state_file = \"\"\n")
+                .config.multi_tenant.runtime_state_file,
+            "");
+  for (const char* bad : {"relative/state.json", "/var/lib/zernel/"}) {
+    EXPECT_TRUE(
+        contains(parse_error(std::string("[multi_tenant]\nruntime_state_file = \"") + bad + "\"\n"),
+                 "[multi_tenant] runtime_state_file"))
+        << bad;
+  }
+}
+
+}  // namespace
+}  // namespace zernel::config

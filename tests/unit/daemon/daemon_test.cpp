@@ -41,6 +41,7 @@ class FakeMachine : public test_support::TempTree {
     o.config.general.phase_eval_interval_ms = 10;
     o.config.general.gpu_poll_interval_ms = 10;
     o.config.telemetry.push_interval_ms = 10;
+    o.config.multi_tenant.runtime_state_file = path("lib/runtime-tenants.json").string();
     o.backend = "observe";
     o.nvml_library = path("no-nvml.so").string();
     o.proc_root = path("proc").string();

@@ -56,12 +56,15 @@ inline config::TenantConfig tenant(std::string id, std::uint32_t gpus,
 }
 
 // The running daemon's configuration and engine, with `initial` tenants registered as
-// Daemon::create registers them.
+// Daemon::create registers them; with a `state_path`, runtime changes are saved there
+// (restore_saved_state() is the test's to call, once the fake processes are in place).
 struct RunningDaemon {
-  explicit RunningDaemon(std::vector<config::TenantConfig> initial = {})
+  explicit RunningDaemon(std::vector<config::TenantConfig> initial = {},
+                         std::string state_path = {})
       : config(with_tenants(std::move(initial))),
         engine(config::engine_options(config), policy::Topology::single_node(4)),
-        control(config, engine, host, RuntimeControlOptions{kSelfPid, true}) {
+        control(config, engine, host,
+                RuntimeControlOptions{kSelfPid, true, std::move(state_path)}) {
     for (const config::TenantConfig& t : config.tenants) (void)engine.upsert_tenant(t.spec);
   }
 
