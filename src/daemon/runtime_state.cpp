@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <nlohmann/json.hpp>
 
-#include "common/trusted_file.hpp"
 #include "daemon/control.hpp"
+#include "sys/trusted_file.hpp"
 
 namespace zernel::daemon {
 
@@ -93,7 +93,7 @@ Result<RuntimeState> parse_runtime_state(std::string_view text) {
 }
 
 Result<std::optional<RuntimeState>> read_runtime_state(const std::string& path) {
-  auto file = read_trusted_file(path, kMaxRuntimeStateBytes);
+  auto file = sys::read_trusted_file(path, kMaxRuntimeStateBytes);
   if (!file) return file.error();
   if (!file->has_value()) return std::optional<RuntimeState>{};
   auto state = parse_runtime_state((*file)->text);
@@ -102,7 +102,7 @@ Result<std::optional<RuntimeState>> read_runtime_state(const std::string& path) 
 }
 
 Result<void> write_runtime_state(const std::string& path, const RuntimeState& state) {
-  return write_trusted_file(path, runtime_state_text(state));
+  return sys::write_trusted_file(path, runtime_state_text(state));
 }
 
 }  // namespace zernel::daemon

@@ -13,7 +13,7 @@
 // pid is not assigned.
 //
 // The daemon runs as root and acts on what it reads here (processes reniced and pinned), so the
-// file is read like its journals (common/trusted_file.hpp): a regular file, not a symbolic link,
+// file is read like its journals (sys/trusted_file.hpp): a regular file, not a symbolic link,
 // owned by root or the daemon's uid, not writable by others, at most kMaxRuntimeStateBytes. It is
 // written atomically (an O_EXCL temporary file in a 0700 directory, fsynced, renamed over it).
 
