@@ -26,29 +26,10 @@
 # SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
 # SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
 # SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
-SX=/sys/kernel/sched_ext
-fails=0
+# shellcheck source=tests/vm/guest-lib.sh
+. /zernel/guest-lib.sh  # r, ok, bad, state, uptime_cs, wait_state, ticks, ... (run-in-vm.sh adds it)
 skipped=0   # checks that could not measure (exit 77 when nothing failed)
 provoked=0  # abnormal exits that a check caused on purpose
-r() { echo "@@ $*"; }
-ok() { r "PASS $*"; }
-bad() { fails=$((fails + 1)); r "FAIL $*"; }
-state() { cat $SX/state; }
-# uptime_cs: CLOCK_BOOTTIME in centiseconds (busybox date has no %N).
-uptime_cs() { awk '{ split($1, a, "."); print a[1] * 100 + a[2] }' /proc/uptime; }
-# wait_state WANT TIMEOUT_CS: poll every 20 ms; prints the wait in ms.
-wait_state() {
-  t0=$(uptime_cs)
-  while [ "$(state)" != "$1" ]; do
-    [ $(($(uptime_cs) - t0)) -gt "$2" ] && return 1
-    usleep 20000
-  done
-  echo $((($(uptime_cs) - t0) * 10))
-}
-# ticks PID: CPU time in 10 ms units, from the scheduler's own run time (/proc/PID/schedstat,
-# ns; utime + stime are sampled at ticks and, with more vCPUs than host cores, add up to more
-# than the wall time).
-ticks() { awk '{ printf "%d\n", $1 / 10000000 }' "/proc/$1/schedstat"; }
 sched_field() { awk -v f="$2" '$1 == f { print $3 }' "/proc/$1/sched"; }
 # start_driver ARGS...: runs $DRIVER (zernel-scx-driver) in the background ($drv), output in /tmp/drv.*,
 # and waits for the scheduler to be enabled.

@@ -4,9 +4,7 @@
 # than CPUs, a tenant's class, a SCHED_FIFO task). The guest side is scx_guest.sh "sharing";
 # results are its "@@" lines; docs/sched-ext.md has the figures. Extra files for the guest (an
 # older driver to compare, SCX_DRIVER=...) may be given as --add PATH arguments.
-set -euo pipefail
-here=$(dirname "$(realpath "$0")")
-build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
-[ -x "$build/bin/zernel-scx-driver" ] ||
-  { echo "vm.scx_sharing: no $build/bin/zernel-scx-driver (-DZERNEL_BPF=ON)" >&2; exit 1; }
+# shellcheck source=tests/vm/host-lib.sh
+. "$(dirname "$(realpath "$0")")/host-lib.sh"
+need_bin zernel-scx-driver -DZERNEL_BPF=ON
 exec "$here/run-in-vm.sh" --add "$here/scx_guest.sh" "$@" -- sh "$here/scx_guest.sh" sharing
