@@ -79,7 +79,6 @@ json btf_info(const fs::path& sys) {
 
 json cgroup_info(const fs::path& proc) {
   std::ifstream in(proc / "self/mounts");
-  bool v2_root = false;
   std::optional<std::string> v2_at;
   std::vector<std::string> v1;
   std::string dev, at, type;
@@ -87,19 +86,15 @@ json cgroup_info(const fs::path& proc) {
   while (in >> dev >> at >> type) {
     std::getline(in, rest);
     if (type == "cgroup2") {
-      if (at == "/sys/fs/cgroup") v2_root = true;
       if (!v2_at) v2_at = at;
     } else if (type == "cgroup") {
       v1.push_back(at);
     }
   }
+  // A cgroup2 mount anywhere beside v1 hierarchies is hybrid.
   std::string version;
-  if (v2_root && v1.empty()) {
-    version = "v2";
-  } else if (v2_at && !v1.empty()) {
-    version = "hybrid";
-  } else if (!v1.empty()) {
-    version = "v1";
+  if (!v1.empty()) {
+    version = v2_at ? "hybrid" : "v1";
   } else if (v2_at) {
     version = "v2";
   } else {

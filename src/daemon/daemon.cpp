@@ -334,7 +334,7 @@ void Daemon::poll_processes(std::uint64_t now_ns) {
       tracked_[p.pid].gpu = p.gpu;
       if (p.gpu) {
         policy::TaskUpdate u;
-        u.gpu_id = *p.gpu;
+        u.gpu_id = p.gpu;
         engine_.update_task(p.pid, u);
       }
       continue;
@@ -431,7 +431,7 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
       if (busy_now) {
         u.cpu_fraction = 1.0F;
       } else if (busy) {
-        u.cpu_fraction = *busy;
+        u.cpu_fraction = busy;
       }
     } else if (s.cpu_time_ns) {
       u.cpu_fraction = static_cast<float>(static_cast<double>(*s.cpu_time_ns) /
@@ -615,7 +615,7 @@ void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] c
   // the time of this read, not the tick's deadline.
   const collect::SyncSignals sig = collect::sync_signals(st, monotonic_now_ns(), tick_ns_);
   u.cpu_burst_duration_ns = sig.cpu_burst_ns;
-  if (sig.wait_blocks) u.gpu_wait_blocks = *sig.wait_blocks;
+  if (sig.wait_blocks) u.gpu_wait_blocks = sig.wait_blocks;
   if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
   if (!u.gpu_utilization || *u.gpu_utilization < sig.gpu_floor_pct) {
     u.gpu_utilization = static_cast<std::uint8_t>(sig.gpu_floor_pct);
