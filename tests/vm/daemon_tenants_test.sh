@@ -24,7 +24,7 @@ class = "training"
 TOML
 zernel-scheduler --config /tmp/t.toml --backend sched_ext --control-socket /tmp/z.sock > /tmp/d.log 2>&1 &
 d=$!
-wait_state enabled 1000 > /dev/null
+wait_state enabled 3000 > /dev/null
 wait_path /tmp/z.sock 100
 b1=$(hog); s1=$(hog); s2=$(hog); s3=$(hog)
 for p in $b1; do zernel-scheduler tenant assign --socket /tmp/z.sock --pid $p --tenant big >/dev/null || bad "assign $p"; done
