@@ -20,8 +20,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fmt=${CLANG_FORMAT:-clang-format-19}
 git_fmt=${GIT_CLANG_FORMAT:-git-clang-format-19}
-command -v "$fmt" > /dev/null && command -v "$git_fmt" > /dev/null ||
-  { echo "format-check: $fmt or $git_fmt not found: run scripts/setup.sh" >&2; exit 1; }
+if ! command -v "$fmt" > /dev/null || ! command -v "$git_fmt" > /dev/null; then
+  echo "format-check: $fmt or $git_fmt not found: run scripts/setup.sh" >&2
+  exit 1
+fi
 
 fix=0
 if [[ ${1:-} == --fix ]]; then fix=1; shift; fi

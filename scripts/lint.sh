@@ -32,6 +32,7 @@ trap 'rm -rf "$out"' EXIT
 # One file per clang-tidy; its output is kept only when it fails. The compiler's own warnings are
 # GCC's job (the build): clang's, GCC's flags it does not know included, are not errors here.
 status=0
+# shellcheck disable=SC2016 # the sh -c script expands its own arguments
 printf '%s\0' "${files[@]}" | xargs -0 -P "$jobs" -I{} sh -c '
   log="$1/$(printf %s "$4" | tr / _).log"
   "$2" -p "$3" --quiet --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wno-error "$4" > "$log" 2>&1 || echo "$4" >> "$1/failed"
