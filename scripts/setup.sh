@@ -18,6 +18,9 @@ packages=(
   clang-19 libelf-dev zlib1g-dev libzstd-dev zstd xz-utils make
   # libFuzzer + ASan runtime for clang-19 (fuzz/run.sh)
   libclang-rt-19-dev
+  # clang-tidy (scripts/lint.sh, .clang-tidy) and clang-format on changed lines
+  # (scripts/format-check.sh), the same LLVM 19 as the BPF compiler.
+  clang-tidy-19 clang-format-19
   # VM tests (tests/vm): busybox-static initramfs, and the shared libraries of the QEMU 10 binary
   # that cmake/Bpf.cmake unpacks from bookworm-backports (all plain bookworm packages).
   busybox-static cpio

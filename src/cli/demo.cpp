@@ -5,6 +5,7 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -112,13 +113,16 @@ Result<void> run_demo(const DemoOptions& opts, std::FILE* out) {
       const Phase raw = raw_view.classify(*engine.task(kDemoPid));
       const policy::Decision d = engine.schedule(kDemoPid, now);
       const policy::TaskState& st = *engine.task(kDemoPid);
-      fmt::print(out, "{:>4} {:>6} {:>4} {:>7.2f} {:>8.1f}  {:<14} {:<14} {:>4} {:>6} {:>7} {:>10} {:>8} {:>4}{}\n",
+      const std::optional<std::uint32_t> latency = d.latency_target();
+      const std::optional<std::uint32_t> cpu = d.cpu();
+      fmt::print(out,
+                 "{:>4} {:>6} {:>4} {:>7.2f} {:>8.1f}  {:<14} {:<14} {:>4} {:>6} {:>7} {:>10} "
+                 "{:>8} {:>4}{}\n",
                  tick, (now - start_ns) / 1'000'000, st.gpu_utilization, st.io_wait_fraction,
                  static_cast<double>(st.cpu_burst_duration_ns) / 1e6, policy::phase_name(raw),
                  policy::phase_name(d.phase), d.priority, d.weight, d.preempt ? "yes" : "no",
-                 d.latency_target() ? std::to_string(*d.latency_target()) : "-",
-                 d.slice_ns / 1'000'000, d.cpu() ? std::to_string(*d.cpu()) : "-",
-                 d.phase_changed ? "  <- committed" : "");
+                 latency ? std::to_string(*latency) : "-", d.slice_ns / 1'000'000,
+                 cpu ? std::to_string(*cpu) : "-", d.phase_changed ? "  <- committed" : "");
       if (d.phase_changed) phase_log.write(now, d.pid, d.phase);
     }
   }

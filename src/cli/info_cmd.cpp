@@ -69,26 +69,21 @@ json btf_info(const fs::path& sys) {
 }
 
 json cgroup_info(const fs::path& proc) {
-  bool v2_root = false;
   std::optional<std::string> v2_at;
   std::vector<std::string> v1;
   const auto mountinfo = sys::read_file((proc / "self/mountinfo").string(), std::size_t{64} << 20);
   for (const sys::CgroupMount& m :
        mountinfo ? sys::parse_cgroup_mounts(*mountinfo) : std::vector<sys::CgroupMount>{}) {
     if (m.version == sys::CgroupVersion::v2) {
-      if (m.mount_point == "/sys/fs/cgroup") v2_root = true;
       if (!v2_at) v2_at = m.mount_point;
     } else {
       v1.push_back(m.mount_point);
     }
   }
+  // A cgroup2 mount anywhere beside v1 hierarchies is hybrid.
   std::string version;
-  if (v2_root && v1.empty()) {
-    version = "v2";
-  } else if (v2_at && !v1.empty()) {
-    version = "hybrid";
-  } else if (!v1.empty()) {
-    version = "v1";
+  if (!v1.empty()) {
+    version = v2_at ? "hybrid" : "v1";
   } else if (v2_at) {
     version = "v2";
   } else {

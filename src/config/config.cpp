@@ -17,8 +17,7 @@ namespace zernel::config {
 namespace {
 
 // A config file is a few KiB; anything this large is a mistake (a log, /dev/zero), not a config.
-constexpr std::size_t kMaxConfigBytes = 4 * 1024 * 1024;
-
+constexpr std::size_t kMaxConfigBytes = std::size_t{4} * 1024 * 1024;
 
 // One consistent version of the file: read_trusted_file refuses a read the file changed under,
 // and a file modified less than kSettleNs ago may be an editor's write in progress (truncated,

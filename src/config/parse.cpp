@@ -777,15 +777,17 @@ class Parser {
       const toml::node& element = (*array)[i];
       const std::string element_where = fmt::format("{}[{}]", where, i);
       std::string value;
-      if (!values_.string(element, element_where, value)) {
-        clean = false;
-      } else if (value.empty()) {
+      // Each test reports its own diagnostic; the first that fails rejects the element.
+      bool ok = values_.string(element, element_where, value);
+      if (ok && value.empty()) {
         diag_.error(element_where, "must not be empty", &element);
-        clean = false;
-      } else if (!check(value, element_where, element)) {
-        clean = false;
-      } else {
+        ok = false;
+      }
+      ok = ok && check(value, element_where, element);
+      if (ok) {
         items.push_back(std::move(value));
+      } else {
+        clean = false;
       }
     }
     if (clean) out = std::move(items);

@@ -104,7 +104,7 @@ void Daemon::track_discovered(const collect::DiscoveredProcess& p, std::uint64_t
     tracked_[p.pid].gpu = p.gpu;
     if (p.gpu) {
       policy::TaskUpdate u;
-      u.gpu_id = *p.gpu;
+      u.gpu_id = p.gpu;
       engine_.update_task(p.pid, u);
     }
     return;
@@ -230,7 +230,7 @@ void Daemon::set_cpu_fraction(const collect::ProcessSignals& s, std::uint64_t no
   if (busy_now) {
     u.cpu_fraction = 1.0F;
   } else if (busy) {
-    u.cpu_fraction = *busy;
+    u.cpu_fraction = busy;
   }
 }
 
@@ -314,7 +314,7 @@ void Daemon::apply_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] c
   const collect::SyncSignals sig =
       collect::sync_signals(sync_state(p, runnable, nvml_util), monotonic_now_ns(), tick_ns_);
   u.cpu_burst_duration_ns = sig.cpu_burst_ns;
-  if (sig.wait_blocks) u.gpu_wait_blocks = *sig.wait_blocks;
+  if (sig.wait_blocks) u.gpu_wait_blocks = sig.wait_blocks;
   if (p.last_sync_return_ns > 0) u.last_gpu_sync_ns = p.last_sync_return_ns;
   if (!u.gpu_utilization || *u.gpu_utilization < sig.gpu_floor_pct) {
     u.gpu_utilization = static_cast<std::uint8_t>(sig.gpu_floor_pct);

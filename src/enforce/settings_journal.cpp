@@ -280,7 +280,7 @@ Result<void> recover_settings(const std::string& journal_path, const std::string
 }
 
 Result<std::shared_ptr<SettingsJournal>> SettingsJournal::open(std::string path,
-                                                               std::string proc_root) {
+                                                               const std::string& proc_root) {
   auto read = read_settings_journal(path);
   if (!read) return read.error().context("settings journal");
   const std::uint64_t start = own_start_time(proc_root);

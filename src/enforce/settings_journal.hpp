@@ -125,7 +125,7 @@ class SettingsJournal {
   // not restore yet), so that writing this daemon's entries keeps them. EBUSY when the file's
   // owner runs, EINVAL when it is corrupt.
   static Result<std::shared_ptr<SettingsJournal>> open(std::string path,
-                                                       std::string proc_root = "/proc");
+                                                       const std::string& proc_root = "/proc");
 
   // Adds the originals not in the journal yet and writes the file before returning: on an error
   // the caller must not change the settings.

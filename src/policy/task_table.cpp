@@ -10,10 +10,11 @@ namespace {
 constexpr std::size_t kInitialIndex = 1024;
 }
 
-TaskTable::TaskTable(std::uint32_t capacity) : capacity_(capacity) {
+TaskTable::TaskTable(std::uint32_t capacity)
+    : capacity_(capacity),
+      index_(kInitialIndex, kEmpty),
+      shift_(32U - static_cast<unsigned>(std::countr_zero(kInitialIndex))) {
   tasks_.reserve(std::min<std::size_t>(capacity, kInitialIndex / 2));
-  index_.assign(kInitialIndex, kEmpty);
-  shift_ = 32U - static_cast<unsigned>(std::countr_zero(kInitialIndex));
 }
 
 TaskState* TaskTable::insert(std::uint32_t pid) {

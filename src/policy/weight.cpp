@@ -12,7 +12,9 @@ constexpr std::array<std::uint32_t, 41> make_table() {
   for (int p = kMinPriority; p <= kMaxPriority; ++p) {
     double w = 1024.0;
     for (int i = 0; i < (p < 0 ? -p : p); ++i) w = p < 0 ? w / 1.25 : w * 1.25;
-    t[static_cast<std::size_t>(p - kMinPriority)] = static_cast<std::uint32_t>(w + 0.5);
+    // w >= 11.8, so w + 0.5 truncated is round-half-up; std::lround is not constexpr in C++20.
+    t[static_cast<std::size_t>(p - kMinPriority)] =
+        static_cast<std::uint32_t>(w + 0.5);  // NOLINT(bugprone-incorrect-roundings)
   }
   return t;
 }

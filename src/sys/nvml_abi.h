@@ -19,6 +19,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+/* Plain C shared with fake_nvml.c and NVML's ABI: typedef, not `using`.
+ * NOLINTBEGIN(modernize-use-using) */
 
 /* Return codes (nvmlReturn_t). */
 typedef enum nvmlReturn_enum {
@@ -209,6 +211,7 @@ ZERNEL_NVML_ASSERT(__builtin_offsetof(nvmlProcessUtilizationSample_t, smUtil) ==
                    "nvmlProcessUtilizationSample_t.smUtil");
 #undef ZERNEL_NVML_ASSERT
 
+/* NOLINTEND(modernize-use-using) */
 #ifdef __cplusplus
 }
 #endif

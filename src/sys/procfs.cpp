@@ -12,10 +12,10 @@ namespace zernel::sys {
 
 namespace {
 
-constexpr std::size_t kMaxStatBytes = 64 * 1024;
+constexpr std::size_t kMaxStatBytes = std::size_t{64} * 1024;
 constexpr std::size_t kMaxSmallBytes = 1 << 20;
 constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
-constexpr std::size_t kMaxLinkBytes = 64 * 1024;
+constexpr std::size_t kMaxLinkBytes = std::size_t{64} * 1024;
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
@@ -195,7 +195,7 @@ Result<ProcStat> parse_stat(std::string_view text) {
       case 42: {
         auto v = parse_u64(token);
         if (!v) return bad(field, "delayacct_blkio_ticks", token);
-        st.delayacct_blkio_ticks = *v;
+        st.delayacct_blkio_ticks = v;
         break;
       }
       default:
@@ -360,7 +360,7 @@ std::optional<NvidiaDevice> parse_nvidia_device(std::string_view target) {
                                                    [](char c) { return c >= '0' && c <= '9'; });
   if (digits) {
     // A number that does not fit is no GPU index: the process still uses the driver.
-    if (auto v = parse_u32(rest); v && *v < (1U << 20)) dev.gpu = *v;
+    if (auto v = parse_u32(rest); v && *v < (1U << 20)) dev.gpu = v;
   }
   return dev;
 }

@@ -79,7 +79,7 @@ void read_gpus(const fs::path& sys, const fs::path& proc, TopologyInfo& info) {
   std::vector<GpuLocation> gpus;
   std::vector<std::optional<std::uint32_t>> minors;
   for (const auto& dev : it) {
-    const fs::path d = dev.path();
+    const fs::path& d = dev.path();
     auto vendor = parse_hex_file(d / "vendor");
     auto cls = parse_hex_file(d / "class");
     if (!vendor || *vendor != 0x10de || !cls) continue;
@@ -107,6 +107,7 @@ void read_gpus(const fs::path& sys, const fs::path& proc, TopologyInfo& info) {
                                                 [](const auto& m) { return m.has_value(); });
   if (use_minor) {
     std::vector<std::uint32_t> seen;
+    seen.reserve(minors.size());
     for (const auto& m : minors) seen.push_back(*m);
     std::sort(seen.begin(), seen.end());
     use_minor = std::adjacent_find(seen.begin(), seen.end()) == seen.end();

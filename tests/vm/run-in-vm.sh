@@ -6,10 +6,10 @@
 #
 # The guest is a busybox initramfs holding the build's bin/* (with every shared library ldd names
 # and the dynamic loader, at the same paths as on the host), each --add PATH (a file or directory,
-# same path; libraries of executables too) and the kernel's config as /boot/config-KVER (libbpf
-# reads __kconfig from it). proc, sys, dev (+pts, shm), debugfs, tracefs, cgroup2 and bpffs are
-# mounted, / (so /tmp) is a tmpfs; build/bin leads PATH. The initramfs is cached by content hash
-# in _deps/vm/.
+# same path; libraries of executables too), the kernel's config as /boot/config-KVER (libbpf
+# reads __kconfig from it) and the guest scripts' helpers as /zernel/guest-lib.sh (guest-lib.sh).
+# proc, sys, dev (+pts, shm), debugfs, tracefs, cgroup2 and bpffs are mounted, / (so /tmp) is a
+# tmpfs; build/bin leads PATH. The initramfs is cached by content hash in _deps/vm/.
 #
 # Exit: COMMAND's status; 124 on timeout; 125 when the harness itself fails (missing kernel or
 # QEMU, guest setup failed or reported no status, a kernel oops, BUG, WARN or panic).
@@ -85,6 +85,7 @@ add() {
 base[/bin/busybox]=$busybox
 add_libs base "$busybox"
 base[/init]=$here/guest-init.sh
+base[/zernel/guest-lib.sh]=$here/guest-lib.sh
 base[/boot/config-$kver]=$kdir/config
 if [ -d "$build/bin" ]; then add base "$build/bin"; fi
 for a in "${adds[@]}"; do add extra "$a"; done

@@ -4,9 +4,7 @@
 # ejection; prints how many processes and threads were created. The guest side is
 # scx_guest.sh; results are its "@@" lines. Needs build/bin/zernel-scx-driver (-DZERNEL_BPF=ON).
 # docs/sched-ext.md has the figures.
-set -euo pipefail
-here=$(dirname "$(realpath "$0")")
-build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
-[ -x "$build/bin/zernel-scx-driver" ] ||
-  { echo "vm.scx_churn: no $build/bin/zernel-scx-driver (-DZERNEL_BPF=ON)" >&2; exit 1; }
+# shellcheck source=tests/vm/host-lib.sh
+. "$(dirname "$(realpath "$0")")/host-lib.sh"
+need_bin zernel-scx-driver -DZERNEL_BPF=ON
 exec "$here/run-in-vm.sh" --add "$here/scx_guest.sh" -- sh "$here/scx_guest.sh" churn

@@ -15,8 +15,9 @@
 #             latency target at most a quarter of those without (see check_latency)
 #   churn     thousands of short-lived processes and threads, no ejection
 #   sharing   a real node's sharing: a thread that ran alone keeps running when hogs arrive;
-#             cpu.max caps a cgroup; sibling cgroups share by cpu.weight; a tenant is one level
-#             of the cgroup tree (vs untenanted cgroups, splits with more threads than CPUs,
+#             cpu.max caps a cgroup; sibling cgroups share by cpu.weight, also a group entitled
+#             to exactly one CPU per thread and a pinned thread beside one whose share exceeds its
+#             CPU; a tenant is one level of the cgroup tree (vs untenanted cgroups, splits with more threads than CPUs,
 #             its class); a task preempted by a SCHED_FIFO task moves to another CPU
 #   bench     pipe ping-pong and messaging under EEVDF, zernel, scx_simple (if present) and an
 #             older zernel driver ($SCX_BENCH_BASE, if set), in rounds of rotating order
@@ -26,37 +27,19 @@
 # SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
 # SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
 # SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
-SX=/sys/kernel/sched_ext
-fails=0
+# shellcheck source=tests/vm/guest-lib.sh
+. /zernel/guest-lib.sh  # r, ok, bad, state, uptime_cs, wait_state, ticks, ... (run-in-vm.sh adds it)
 skipped=0   # checks that could not measure (exit 77 when nothing failed)
 provoked=0  # abnormal exits that a check caused on purpose
-r() { echo "@@ $*"; }
-ok() { r "PASS $*"; }
-bad() { fails=$((fails + 1)); r "FAIL $*"; }
-state() { cat $SX/state; }
-# uptime_cs: CLOCK_BOOTTIME in centiseconds (busybox date has no %N).
-uptime_cs() { awk '{ split($1, a, "."); print a[1] * 100 + a[2] }' /proc/uptime; }
-# wait_state WANT TIMEOUT_CS: poll every 20 ms; prints the wait in ms.
-wait_state() {
-  t0=$(uptime_cs)
-  while [ "$(state)" != "$1" ]; do
-    [ $(($(uptime_cs) - t0)) -gt "$2" ] && return 1
-    usleep 20000
-  done
-  echo $((($(uptime_cs) - t0) * 10))
-}
-# ticks PID: CPU time in 10 ms units, from the scheduler's own run time (/proc/PID/schedstat,
-# ns; utime + stime are sampled at ticks and, with more vCPUs than host cores, add up to more
-# than the wall time).
-ticks() { awk '{ printf "%d\n", $1 / 10000000 }' "/proc/$1/schedstat"; }
 sched_field() { awk -v f="$2" '$1 == f { print $3 }' "/proc/$1/sched"; }
 # start_driver ARGS...: runs $DRIVER (zernel-scx-driver) in the background ($drv), output in /tmp/drv.*,
-# and waits for the scheduler to be enabled.
+# and waits for the scheduler to be enabled: up to 60 s (an attach beside 4 hogs took 16 s on a
+# host at load 10, and the verifier's share of a vCPU shrinks with the host's load).
 DRIVER=${SCX_DRIVER:-zernel-scx-driver}
 start_driver() {
   $DRIVER --stats "$@" > /tmp/drv.out 2> /tmp/drv.err &
   drv=$!
-  if ! ms=$(wait_state enabled 3000); then
+  if ! ms=$(wait_state enabled 6000); then
     bad "driver did not attach: $(tail -n 5 /tmp/drv.err)"
     kill -9 $drv 2> /dev/null
     return 1

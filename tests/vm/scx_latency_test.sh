@@ -5,9 +5,7 @@
 # the same load first for reference; when its p99 shows the host too noisy for a 4x gap to be
 # visible, a miss is reported as skipped (exit 77), not failed. The guest side is scx_guest.sh.
 # Needs build/bin/zernel-scx-driver (-DZERNEL_BPF=ON). docs/sched-ext.md has the figures.
-set -euo pipefail
-here=$(dirname "$(realpath "$0")")
-build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
-[ -x "$build/bin/zernel-scx-driver" ] ||
-  { echo "vm.scx_latency: no $build/bin/zernel-scx-driver (-DZERNEL_BPF=ON)" >&2; exit 1; }
+# shellcheck source=tests/vm/host-lib.sh
+. "$(dirname "$(realpath "$0")")/host-lib.sh"
+need_bin zernel-scx-driver -DZERNEL_BPF=ON
 exec "$here/run-in-vm.sh" --add "$here/scx_guest.sh" -- sh "$here/scx_guest.sh" latency

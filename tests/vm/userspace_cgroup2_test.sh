@@ -7,17 +7,11 @@
 # tenants' cpu.weight (CPU time over 10 s from /proc is printed; the big tenant must get more than
 # the small one, which by nice alone would get 3x more). SIGTERM puts the weights back, the hogs
 # never leave their groups, and no /sys/fs/cgroup/zernel is ever made.
-set -euo pipefail
-here=$(dirname "$(realpath "$0")")
-build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
-[ -x "$build/bin/zernel-scheduler" ] || { echo "vm.userspace_cgroup2: no zernel-scheduler" >&2; exit 1; }
-guest=$(mktemp --suffix=.sh)
-trap 'rm -f "$guest"' EXIT
-cat > "$guest" <<'GUEST'
-#!/bin/sh
-fails=0
-ok() { echo "@@ PASS $*"; }
-bad() { echo "@@ FAIL $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/vm/host-lib.sh
+. "$(dirname "$(realpath "$0")")/host-lib.sh"
+need_bin zernel-scheduler
+run_guest <<'GUEST'
+. /zernel/guest-lib.sh
 cat > /tmp/t.toml <<TOML
 [multi_tenant]
 enabled = true
@@ -36,9 +30,7 @@ mkdir /sys/fs/cgroup/big /sys/fs/cgroup/small
 export ZERNEL_USERSPACE_JOURNAL=/tmp/run/userspace.journal
 zernel-scheduler --config /tmp/t.toml --backend userspace --control-socket /tmp/z.sock > /tmp/d.log 2>&1 &
 d=$!
-i=0
-while [ ! -S /tmp/z.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
-hog() { taskset -c 1 sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!; }
+wait_path /tmp/z.sock 1000
 b1=$(hog); s1=$(hog); s2=$(hog); s3=$(hog)
 echo $b1 > /sys/fs/cgroup/big/cgroup.procs
 for p in $s1 $s2 $s3; do echo $p > /sys/fs/cgroup/small/cgroup.procs; done
@@ -51,7 +43,7 @@ tw() { zernel-scheduler tenant list --json --socket /tmp/z.sock |
 want_b=$(tw big); want_s=$(tw small)
 i=0
 while [ "$(cat /sys/fs/cgroup/small/cpu.weight)" != "$want_s" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-gb=$(sed -n 's/^0:://p' /proc/$b1/cgroup); gs=$(sed -n 's/^0:://p' /proc/$s1/cgroup)
+gb=$(cgroup_of $b1); gs=$(cgroup_of $s1)
 echo "@@ groups: big $gb, small $gs"
 [ "$gb" = /big ] && ok "big's hog stays in /big" || bad "big's hog is in '$gb'"
 [ "$gs" = /small ] && ok "small's hogs stay in /small" || bad "small's hog is in '$gs'"
@@ -59,11 +51,9 @@ wb=$(cat /sys/fs/cgroup/big/cpu.weight); ws=$(cat /sys/fs/cgroup/small/cpu.weigh
 echo "@@ cpu.weight: /big $wb (tenant $want_b), /small $ws (tenant $want_s)"
 [ -n "$want_b" ] && [ "$wb" = "$want_b" ] && ok "/big cpu.weight $wb" || bad "/big cpu.weight '$wb', want '$want_b'"
 [ -n "$want_s" ] && [ "$ws" = "$want_s" ] && ok "/small cpu.weight $ws" || bad "/small cpu.weight '$ws', want '$want_s'"
-cpu() { awk '{print $14 + $15}' /proc/$1/stat; }
-sum() { t=0; for p in "$@"; do t=$((t + $(cpu $p))); done; echo $t; }
-big0=$(sum $b1); small0=$(sum $s1 $s2 $s3)
+big0=$(sum_ticks $b1); small0=$(sum_ticks $s1 $s2 $s3)
 sleep 10
-big1=$(sum $b1); small1=$(sum $s1 $s2 $s3)
+big1=$(sum_ticks $b1); small1=$(sum_ticks $s1 $s2 $s3)
 big=$((big1 - big0)); small=$((small1 - small0))
 echo "@@ tenant cpu ticks over 10 s on CPU 1: big (1 process) $big, small (3 processes) $small"
 # Reported, not checked: under TCG this kernel gives about 1.5:1 for cpu.weight 150:50 also with
@@ -82,8 +72,5 @@ n=$(awk '{print $19}' /proc/$b1/stat)
 [ ! -e /tmp/run/userspace.journal ] || bad "journal left behind"
 kill $b1 $s1 $s2 $s3
 grep -qiE "error|warn" /tmp/d.log && echo "@@ log: $(grep -iE 'error|warn' /tmp/d.log | head -3)"
-echo "@@ done: $fails failed"
-exit $fails
+finish
 GUEST
-chmod +x "$guest"
-exec "$here/run-in-vm.sh" --add "$guest" -- sh "$guest"

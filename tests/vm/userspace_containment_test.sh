@@ -10,17 +10,11 @@
 #     the rule no longer matched: dropped, moved back, re-added).
 # Before this change (processes moved to /sys/fs/cgroup/zernel/tenant-N) the allocation succeeded
 # outside /job1 (oom_kill 0) and the matched process flapped.
-set -euo pipefail
-here=$(dirname "$(realpath "$0")")
-build=$(realpath -m "${ZERNEL_BUILD_DIR:-$here/../../build}")
-[ -x "$build/bin/zernel-scheduler" ] || { echo "vm.userspace_containment: no zernel-scheduler" >&2; exit 1; }
-guest=$(mktemp --suffix=.sh)
-trap 'rm -f "$guest"' EXIT
-cat > "$guest" <<'GUEST'
-#!/bin/sh
-fails=0
-ok() { echo "@@ PASS $*"; }
-bad() { echo "@@ FAIL $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/vm/host-lib.sh
+. "$(dirname "$(realpath "$0")")/host-lib.sh"
+need_bin zernel-scheduler
+run_guest <<'GUEST'
+. /zernel/guest-lib.sh
 cg=/sys/fs/cgroup
 echo +memory > $cg/cgroup.subtree_control || bad "enable +memory"
 mkdir $cg/job1 $cg/job2
@@ -46,8 +40,7 @@ TOML
 export ZERNEL_USERSPACE_JOURNAL=/tmp/run/userspace.journal
 zernel-scheduler --config /tmp/t.toml --backend userspace --control-socket /tmp/z.sock > /tmp/d.log 2>&1 &
 d=$!
-i=0
-while [ ! -S /tmp/z.sock ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+wait_path /tmp/z.sock 1000
 # The job: a shell that puts itself in /job1 and, on /tmp/go, runs a child that allocates 64 MiB
 # (dd's buffer) beyond memory.max.
 sh -c 'echo $$ > /sys/fs/cgroup/job1/cgroup.procs
@@ -59,7 +52,7 @@ sleep 1000 &
 m=$!
 echo $m > $cg/job2/cgroup.procs
 i=0
-while [ "$(sed -n 's/^0:://p' /proc/$job/cgroup)" != /job1 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+while [ "$(cgroup_of $job)" != /job1 ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 zernel-scheduler tenant assign --socket /tmp/z.sock --pid $job --tenant big >/dev/null || bad "assign $job"
 # The tenant's weight as the daemon computes it (JSON keys are sorted: cgroup_weight before id).
 want=$(zernel-scheduler tenant list --json --socket /tmp/z.sock |
@@ -85,8 +78,8 @@ seen=""; away=0
 for i in $(seq 20); do
   t=$(tenant_of_m)
   seen="$seen ${t:-absent}"
-  [ "$(sed -n 's/^0:://p' /proc/$job/cgroup)" = /job1 ] || away=$((away + 1))
-  [ "$(sed -n 's/^0:://p' /proc/$m/cgroup)" = /job2 ] || away=$((away + 1))
+  [ "$(cgroup_of $job)" = /job1 ] || away=$((away + 1))
+  [ "$(cgroup_of $m)" = /job2 ] || away=$((away + 1))
   sleep 0.2
 done
 echo "@@ tenant of the /job2 process at 20 polls:$seen"
@@ -101,19 +94,16 @@ oom1=$(sed -n 's/^oom_kill //p' $cg/job1/memory.events)
 echo "@@ /job1 memory.events oom_kill: $oom0 before the allocation, $oom1 after; dd exit $(cat /tmp/dd.rc 2>/dev/null)"
 [ "${oom1:-0}" -gt "${oom0:-0}" ] && ok "the 64 MiB allocation was OOM-killed in /job1 (memory.max 32 MiB)" \
   || bad "no OOM kill in /job1 (oom_kill $oom0 -> $oom1): memory.max did not apply"
-[ "$(sed -n 's/^0:://p' /proc/$job/cgroup)" = /job1 ] && ok "the job is still in /job1" \
-  || bad "the job is in $(sed -n 's/^0:://p' /proc/$job/cgroup)"
+[ "$(cgroup_of $job)" = /job1 ] && ok "the job is still in /job1" \
+  || bad "the job is in $(cgroup_of $job)"
 kill -TERM $d; wait $d || bad "daemon exit $?"
 w2=$(cat $cg/job1/cpu.weight)
 echo "@@ /job1 cpu.weight after SIGTERM: $w2"
 [ "$w2" = "$w0" ] && ok "SIGTERM: /job1 cpu.weight back to $w0" || bad "after SIGTERM /job1 cpu.weight $w2, want $w0"
-[ "$(sed -n 's/^0:://p' /proc/$job/cgroup)" = /job1 ] || bad "after SIGTERM the job left /job1"
+[ "$(cgroup_of $job)" = /job1 ] || bad "after SIGTERM the job left /job1"
 [ ! -e /sys/fs/cgroup/zernel ] && ok "no /sys/fs/cgroup/zernel" || bad "/sys/fs/cgroup/zernel exists"
 [ ! -e /tmp/run/userspace.journal ] || bad "journal left behind"
 kill $job $m 2>/dev/null
 grep -qiE "error|warn" /tmp/d.log && echo "@@ log: $(grep -iE 'error|warn' /tmp/d.log | head -3)"
-echo "@@ done: $fails failed"
-exit $fails
+finish
 GUEST
-chmod +x "$guest"
-exec "$here/run-in-vm.sh" --add "$guest" -- sh "$guest"

@@ -327,7 +327,10 @@ Result<void> ScxBackend::write_batch(const std::vector<std::uint32_t>& keys,
     int ret = bpf_map_update_batch(decisions_fd_, keys.data(), values.data(), &count, &opts);
     ++counters_.batches;
     if (ret == 0) return Ok{};
-    if (ret != -EINVAL && ret != -ENOTSUP && ret != -EOPNOTSUPP) {
+    // A map type without batch operations is refused with the kernel's own ENOTSUPP (524: not
+    // ENOTSUP, which is EOPNOTSUPP in userspace); a kernel without the command says EINVAL.
+    constexpr int kKernelEnotsupp = 524;
+    if (ret != -EINVAL && ret != -EOPNOTSUPP && ret != -kKernelEnotsupp) {
       return errno_error("writing " + std::to_string(keys.size()) + " sched_ext decisions", -ret);
     }
     spdlog::debug("sched_ext: no batch map updates here ({}), writing one by one",

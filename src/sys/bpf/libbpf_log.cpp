@@ -22,7 +22,8 @@ int libbpf_print(enum libbpf_print_level level, const char* fmt, va_list args) {
   std::string buf(n > 0 ? static_cast<std::size_t>(n) + 1 : 1, '\0');
   std::vsnprintf(buf.data(), buf.size(), fmt, args);
 #pragma GCC diagnostic pop
-  std::string_view msg(buf.c_str());
+  buf.resize(buf.size() - 1);  // the terminating NUL
+  std::string_view msg(buf);
   while (!msg.empty() && msg.back() == '\n') msg.remove_suffix(1);
   if (msg.starts_with("libbpf: ")) msg.remove_prefix(8);
   switch (level) {

@@ -229,7 +229,15 @@ class RandomConfig {
     t.match.cmdline = patterns();
     for (std::size_t i = uniform<std::size_t>(0, 2); i > 0; --i) {
       // "/" alone is the root; other paths must not end in "/".
-      t.match.cgroup.push_back(coin() ? "/" : "/" + text("abc./-_ XYZ", 0, 30) + "z");
+      if (coin()) {
+        t.match.cgroup.emplace_back("/");
+      } else {
+        // Appended, not "/" + text(...): GCC 12 at -O3 gives a false -Wrestrict warning on that.
+        std::string path = "/";
+        path += text("abc./-_ XYZ", 0, 30);
+        path += 'z';
+        t.match.cgroup.push_back(std::move(path));
+      }
     }
     for (std::size_t i = uniform<std::size_t>(0, 3); i > 0; --i) {
       t.match.uid.push_back(uniform<std::uint32_t>(0, 4294967294U));
