@@ -247,9 +247,10 @@ Result<void> Daemon::open_control_socket() {
   } else if (opts_.control_socket_required) {
     return control.error();
   } else {
-    spdlog::error("{}; running without a control socket (tenant/status/top will not reach "
-                  "this daemon; use --control-socket PATH)",
-                  control.error().message());
+    spdlog::error(
+        "{}; running without a control socket (tenant/status/top will not reach "
+        "this daemon; use --control-socket PATH)",
+        control.error().message());
   }
   return Ok{};
 }

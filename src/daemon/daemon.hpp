@@ -188,8 +188,8 @@ class Daemon final : private ControlHost {
   policy::TaskUpdate task_update(const collect::ProcessSignals& s, std::uint64_t now_ns);
   void set_cpu_fraction(const collect::ProcessSignals& s, std::uint64_t now_ns,
                         policy::TaskUpdate& u);
-  void apply_main_thread_wait(std::uint32_t pid, const Tracked& t,
-                              std::uint64_t main_futex_wait_ns, policy::TaskUpdate& u);
+  void apply_main_thread_wait(std::uint32_t pid, const Tracked& t, std::uint64_t main_futex_wait_ns,
+                              policy::TaskUpdate& u);
   static void trace_update(const collect::ProcessSignals& s, const Tracked& t,
                            const policy::TaskUpdate& u);
   std::unordered_map<std::uint32_t, Tracked> tracked_;
@@ -203,7 +203,7 @@ class Daemon final : private ControlHost {
   std::unordered_map<std::uint32_t, std::uint32_t> proc_util_;  // pid -> SM %
   bool proc_util_ok_ = false;  // every device answered the per-process query this tick
   std::vector<std::uint32_t> device_util_;                       // by device index
-  std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
+  std::uint64_t tick_ns_ = 100'000'000;                          // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;
   DaemonStats stats_;

@@ -194,7 +194,7 @@ Result<void> write_cgroup_cpu_value(CgroupVersion version, const std::string& di
 }
 
 std::optional<std::uint64_t> cgroup_inode(const std::string& dir) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
   return static_cast<std::uint64_t>(st.st_ino);
 }

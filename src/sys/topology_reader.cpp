@@ -169,8 +169,7 @@ Result<TopologyInfo> read_topology(const std::string& sys_root, const std::strin
     if (!cpus) return cpus.error().context(sys_root + "/devices/system/cpu/online");
     nodes.push_back({0, std::move(*cpus), 0});
   }
-  std::sort(nodes.begin(), nodes.end(),
-            [](const auto& a, const auto& b) { return a.id < b.id; });
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   for (auto& n : nodes) info.topology.add_node(std::move(n));
   if (info.topology.total_cpus() == 0) {
     return Error(ENOENT, "no CPUs found under " + sys_root + "/devices/system");

@@ -25,8 +25,8 @@
 namespace zernel::sys {
 
 struct GpuLocation {
-  std::uint32_t index = 0;           // driver's number
-  std::string bus_id;                // "0000:3b:00.0"
+  std::uint32_t index = 0;            // driver's number
+  std::string bus_id;                 // "0000:3b:00.0"
   std::optional<std::uint32_t> node;  // NUMA node, nullopt when unknown
 };
 

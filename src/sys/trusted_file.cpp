@@ -27,7 +27,8 @@ Result<void> check_owner_and_mode(const std::string& path, const struct stat& st
                                     "files are trusted: chown root {})",
                                     path, st.st_uid, me == 0 ? "" : " or this user", path));
   }
-  const bool group_writes = (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != ::getegid();
+  const bool group_writes =
+      (st.st_mode & S_IWGRP) != 0 && st.st_gid != 0 && st.st_gid != ::getegid();
   if ((st.st_mode & S_IWOTH) != 0 || group_writes) {
     return Error(EPERM, fmt::format("{}: writable by {} (mode {:04o}); refused (another user could "
                                     "change what the daemon {}: chmod go-w {})",
@@ -56,7 +57,7 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  struct stat before {};
+  struct stat before{};
   if (::fstat(fd, &before) != 0) return errno_error("fstat " + path);
   // /dev/null is the usual way to say "an empty file" (--config /dev/null): it cannot block,
   // grow or be replaced by an unprivileged user.
@@ -91,7 +92,7 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
       return Error(EFBIG, fmt::format("{}: more than {} bytes; refused", path, max_bytes));
     }
   }
-  struct stat after {};
+  struct stat after{};
   if (::fstat(fd, &after) != 0) return errno_error("fstat " + path);
   if (mtime_ns(after) != mtime_ns(before) || after.st_size != before.st_size ||
       out.text.size() != static_cast<std::size_t>(after.st_size)) {
@@ -102,7 +103,7 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
 }
 
 Result<void> ensure_private_dir(const std::string& dir) {
-  struct stat st {};
+  struct stat st{};
   if (::stat(dir.c_str(), &st) != 0) {
     if (errno != ENOENT) return errno_error("checking " + dir);
     const std::filesystem::path parent = std::filesystem::path(dir).parent_path();

@@ -6,8 +6,8 @@
 //   - reading opens with O_NOFOLLOW | O_NONBLOCK (a symlink is refused; a FIFO cannot block the
 //     open) and checks with fstat, before reading a byte, that it is a regular file owned by root
 //     (or by the daemon's own uid, for an unprivileged daemon) that others cannot write, nor a
-//     group but root's (or the daemon's own) (/dev/null reads as an empty file); it reads at most max_bytes (a link to /dev/zero is
-//     refused, not read forever);
+//     group but root's (or the daemon's own) (/dev/null reads as an empty file); it reads at most
+//     max_bytes (a link to /dev/zero is refused, not read forever);
 //   - writing creates a new temporary file with O_EXCL (mkostemp: an unpredictable name, never
 //     following a link planted there) in a directory no other user can write, created 0700 when
 //     missing, fsyncs it and renames it over the target.

@@ -34,10 +34,18 @@ class TenantShareTest : public ::testing::Test {
   std::optional<std::string> why(std::string_view path, std::uint16_t tenant) {
     const TenantOfPid tenant_of = [](std::uint32_t pid) -> std::optional<std::uint16_t> {
       switch (pid) {
-        case 100: case 101: case 200: case 400: case 600: return 0;
-        case 500: return 1;
-        case 300: return policy::kNoTenant;
-        default: return std::nullopt;
+        case 100:
+        case 101:
+        case 200:
+        case 400:
+        case 600:
+          return 0;
+        case 500:
+          return 1;
+        case 300:
+          return policy::kNoTenant;
+        default:
+          return std::nullopt;
       }
     };
     return why_group_cannot_carry(layout_, path, tenant, tenant_of, 999);
@@ -93,11 +101,11 @@ TEST_F(TenantShareTest, a_group_outside_the_mount_or_missing_goes_by_nice) {
 
 TEST(TenantShare, the_priority_shift_is_one_nice_level_per_factor_1_25) {
   EXPECT_EQ(tenant_priority_shift(100), 0);
-  EXPECT_EQ(tenant_priority_shift(305), 5);   // training class alone: 1.25^5
-  EXPECT_EQ(tenant_priority_shift(33), -5);   // background: 1.25^-5
-  EXPECT_EQ(tenant_priority_shift(150), 2);   // 6 of 8 GPUs: log1.25(1.5) = 1.8
-  EXPECT_EQ(tenant_priority_shift(50), -3);   // log1.25(0.5) = -3.1
-  EXPECT_EQ(tenant_priority_shift(0), -20);   // clamped
+  EXPECT_EQ(tenant_priority_shift(305), 5);  // training class alone: 1.25^5
+  EXPECT_EQ(tenant_priority_shift(33), -5);  // background: 1.25^-5
+  EXPECT_EQ(tenant_priority_shift(150), 2);  // 6 of 8 GPUs: log1.25(1.5) = 1.8
+  EXPECT_EQ(tenant_priority_shift(50), -3);  // log1.25(0.5) = -3.1
+  EXPECT_EQ(tenant_priority_shift(0), -20);  // clamped
   EXPECT_EQ(tenant_priority_shift(1000000), 20);
 }
 

@@ -64,8 +64,8 @@ TEST(TopologyReader, reads_two_nodes_with_eight_gpus_in_bus_order) {
     const bool high = std::string(b) > "0000:80";
     t.pci(b, "0x10de", "0x030200", high ? "1" : "0");
   }
-  t.pci("0000:00:1f.0", "0x8086", "0x060100", "0");        // not NVIDIA
-  t.pci("0000:02:00.0", "0x10de", "0x040300", "0");        // NVIDIA audio, not a GPU
+  t.pci("0000:00:1f.0", "0x8086", "0x060100", "0");  // not NVIDIA
+  t.pci("0000:02:00.0", "0x10de", "0x040300", "0");  // NVIDIA audio, not a GPU
   auto r = read_topology(t.sys(), t.proc());
   ASSERT_TRUE(r.ok()) << r.error().message();
   const auto& topo = r->topology;

@@ -85,7 +85,7 @@ TEST(TrustedFile, a_write_never_follows_a_link_planted_at_the_old_temporary_name
   auto j = read_whole_file(t.path("run/journal").string());
   ASSERT_TRUE(j.ok() && j->has_value());
   EXPECT_EQ(**j, "new text\n");
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(t.path("run/journal").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600U);
 }
@@ -93,7 +93,7 @@ TEST(TrustedFile, a_write_never_follows_a_link_planted_at_the_old_temporary_name
 TEST(TrustedFile, a_missing_directory_is_created_0700_and_a_shared_one_is_refused) {
   TempTree t;
   ASSERT_TRUE(write_trusted_file(t.path("new/dir/f").string(), "x").ok());
-  struct stat st {};
+  struct stat st{};
   ASSERT_EQ(::stat(t.path("new/dir").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700U);
   std::filesystem::create_directories(t.path("shared"));
