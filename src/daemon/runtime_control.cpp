@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "telemetry/status_json.hpp"
 
@@ -24,7 +25,7 @@ std::string not_registered(std::string_view id) {
 
 RuntimeControl::RuntimeControl(config::Config& config, policy::Engine& engine, ControlHost& host,
                                RuntimeControlOptions opts)
-    : config_(config), engine_(engine), host_(host), opts_(opts) {}
+    : config_(config), engine_(engine), host_(host), opts_(std::move(opts)) {}
 
 nlohmann::json RuntimeControl::handle(const ControlRequest& req) {
   switch (req.op) {

@@ -511,7 +511,7 @@ share_cgroups() {
 share_boundary() {
   # 3b. Two cgroups of equal cpu.weight, one with a hog per half of the CPUs, the other with a
   # hog per CPU: the first is entitled to exactly one CPU per hog, the boundary where a group
-  # that loses a slice cannot run it back (1:1). 10 %, not 5: on 2 vCPUs the groups settle on
+  # that loses a slice cannot run it back (1:1). 15 %, not 5: on 2 vCPUs the groups settle on
   # different vCPUs, and what the host's stalls add to each vCPU's run-time clock differs.
   start_driver || return
   n=$(nproc)
@@ -520,7 +520,7 @@ share_boundary() {
   all="$a $b"
   sleep 1
   ratio "cgroups of equal weight with $((n / 2)) and $n hogs, $n CPUs (one CPU per hog of the first)" \
-    "$(ideal 100 $((n / 2)) 100 "$n")" 10 "$secs" $a -- $b
+    "$(ideal 100 $((n / 2)) 100 "$n")" 15 "$secs" $a -- $b
   stop_all boundary
 }
 
@@ -569,8 +569,9 @@ share_splits() {
     $a -- $b
   stop_all tenants-2-4
   # ... and with 1 and 6 hogs: the 1-hog tenant can use one CPU at most, the other tenant gets
-  # the rest (1:1 on 2 CPUs). 10 %, as in share_boundary: each group has a vCPU of its own (1.07
-  # once, on a host busy with a CI build; 0.97-1.05 otherwise).
+  # the rest (1:1 on 2 CPUs). 15 %, as in share_boundary: each group has a vCPU of its own
+  # (1.07-1.10 on a host busy with a CI build, where the run-time clocks of the two vCPUs ran
+  # 1.93 and 1.76 times the wall clock; 0.97-1.05 otherwise).
   cg z_t6 100; hogs 1 z_t6; a=$pids
   cg z_t2 100; hogs 6 z_t2; b=$pids
   all="$a $b"
@@ -578,7 +579,7 @@ share_splits() {
   start_driver $(tenant_decisions 0:458 $a) $(tenant_decisions 1:153 $b) || { kill $all; return; }
   sleep 1
   ratio "tenants 6:2 GPUs with 1 and 6 hogs, $(nproc) CPUs (one CPU caps the first)" \
-    "$(ideal 458 1 153 6)" 10 "$secs" $a -- $b
+    "$(ideal 458 1 153 6)" 15 "$secs" $a -- $b
   stop_all tenants-1-6
 }
 
