@@ -20,7 +20,7 @@ Z() { "$BIN/zernel-scheduler" "$@"; }
 
 [[ $(id -u) -eq 0 ]] || skip "needs root (the control socket accepts only uid 0)"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]
 phase_eval_interval_ms = 50
@@ -158,7 +158,7 @@ check "invalid config logs the error" "grep -q 'reload failed, keeping the runni
 check "daemon still alive after the bad reload" "kill -0 $daemon_pid"
 
 # A second daemon on the same (live) socket fails at start with a clear message.
-port2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port2=$(free_port)
 sed "s/metrics_port = $port/metrics_port = $port2/" "$tmp/config.good" > "$tmp/config2.toml"
 Z --config "$tmp/config2.toml" --backend observe --control-socket "$sock" > "$tmp/second.log" 2>&1
 rc=$?

@@ -16,7 +16,7 @@ trap cleanup EXIT
 
 need_emulated_gpu
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]
 phase_eval_interval_ms = 100

@@ -26,7 +26,7 @@ if ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null
 fi
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/config.toml"
 
 "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \

@@ -9,10 +9,6 @@ export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
 RSS_LIMIT_KB=${RSS_LIMIT_KB:-65536}
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
 write_config() {  # write_config FILE [extra TOML]
   cat > "$1" <<TOML
 [general]

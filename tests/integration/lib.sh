@@ -27,6 +27,10 @@ need_emulated_gpu() {
   [[ -x $BIN/zernel-workload && -f $BIN/../lib/fake/libnvidia-ml.so.1 &&
     -f $BIN/../lib/fake/libcuda.so.1 ]] || skip "zernel-workload or the emulated GPU is not built"
 }
+# free_port: a TCP port on 127.0.0.1 that nothing listens on (the kernel's pick for port 0).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
 # wait_for SECONDS CONDITION...: polls the eval'ed CONDITION every 0.1 s for up to SECONDS.
 wait_for() {
   local limit=$1

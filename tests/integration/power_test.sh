@@ -93,7 +93,7 @@ PY
 write_config() {
   local name=$1
   shift
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   {
     printf '[general]\nphase_eval_interval_ms = 100\ngpu_poll_interval_ms = 200\n\n'
     printf '[telemetry]\nmetrics_port = %s\n\n' "$port"

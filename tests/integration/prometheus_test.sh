@@ -24,9 +24,6 @@ fi
 emulated=()
 [[ -f $BIN/../lib/fake/libnvidia-ml.so.1 ]] && emulated=(--emulated-gpu)
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]

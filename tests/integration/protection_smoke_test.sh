@@ -33,7 +33,7 @@ check "a missing binary exits 1 and is named (got $rc)" \
 
 # The zernel arm needs the userspace backend: probe for it, and say so when it is not built.
 arms=solo,stock,nice19,zernel
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/probe.toml"
 ZERNEL_FAKE_GPU_SHM=/zernel-protection-probe-$$ "$BIN/zernel-scheduler" --config "$tmp/probe.toml" \
   --backend userspace --emulated-gpu --control-socket "$tmp/probe.sock" > "$tmp/probe.log" 2>&1 &

@@ -28,7 +28,7 @@ mkdir -p -m 0700 "$tmp/run"
 
 write_config() {  # write_config FILE [extra TOML]
   local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  port=$(free_port)
   cat > "$1" <<TOML
 [general]
 phase_eval_interval_ms = 50

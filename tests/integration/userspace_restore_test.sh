@@ -50,7 +50,7 @@ cpu_path() {
   else awk -F: '$2 ~ /(^|,)cpu(,|$)/ {print $3}' "/proc/$1/cgroup"; fi
 }
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]
 phase_eval_interval_ms = 2000

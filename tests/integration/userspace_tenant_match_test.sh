@@ -65,7 +65,7 @@ match_path=$(sed -n 's/^0:://p' "/proc/$m/cgroup")
 weight_before=$(cat "$grp/flap/$weight_file")
 cpu_before=$(cpu_path "$m")
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]
 phase_eval_interval_ms = 100

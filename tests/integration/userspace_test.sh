@@ -43,7 +43,7 @@ for g in member big small; do mkdir "$grp/$g" || skip "cannot create $grp/$g"; d
 [[ -f $grp/member/$weight_file ]] || skip "no $weight_file in $grp/member"
 weight_before=$(cat "$grp/member/$weight_file")
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [general]
 phase_eval_interval_ms = 100

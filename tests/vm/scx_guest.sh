@@ -434,12 +434,14 @@ cg() {
   echo "$2" > "$CG/$1/cpu.weight"
   echo "${3:-max 100000}" > "$CG/$1/cpu.max"
 }
-# hogs N CGROUP: starts N hogs (spin $hog_secs) in CGROUP; their pids in $pids.
+# hogs N CGROUP [CPU]: starts N hogs (spin $hog_secs) in CGROUP, pinned to CPU if given; their
+# pids in $pids.
 hogs() {
   pids=''
   i=0
+  pin=${3:+taskset -c $3}
   while [ $i -lt "$1" ]; do
-    sh -c "echo \$\$ > $CG/$2/cgroup.procs && exec zernel-scx-probe spin $hog_secs" &
+    sh -c "echo \$\$ > $CG/$2/cgroup.procs && exec $pin zernel-scx-probe spin $hog_secs" &
     pids="$pids $!"
     i=$((i + 1))
   done
@@ -530,12 +532,8 @@ share_pinned() {
   # second must still get its part of CPU 1 (1000:100, as on a per-CPU run queue), not one
   # slice per starvation rescue (1 s).
   start_driver || return
-  cg z_big 1000
-  sh -c "echo \$\$ > $CG/z_big/cgroup.procs && exec taskset -c 1 zernel-scx-probe spin $hog_secs" &
-  a=$!
-  cg z_small 100
-  sh -c "echo \$\$ > $CG/z_small/cgroup.procs && exec taskset -c 1 zernel-scx-probe spin $hog_secs" &
-  b=$!
+  cg z_big 1000; hogs 1 z_big 1; a=$pids
+  cg z_small 100; hogs 1 z_small 1; b=$pids
   all="$a $b"
   sleep 1
   ratio "cgroups of cpu.weight 1000 and 100, a thread of each pinned to CPU 1" 1000 25 "$secs" \
@@ -606,8 +604,7 @@ share_rt() {
   start_driver || return
   cg z_rt 100
   hogs 1 z_rt; a=$pids
-  sh -c "echo \$\$ > $CG/z_rt/cgroup.procs && exec taskset -c 0 zernel-scx-probe spin $hog_secs" &
-  b=$!
+  hogs 1 z_rt 0; b=$pids
   taskset -c 1 zernel-scx-probe duty 100 100 $((secs + 5)) fifo & rt=$!
   all="$a $b $rt"
   sleep 1
