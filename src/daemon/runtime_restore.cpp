@@ -16,6 +16,14 @@ bool defines(const std::vector<config::TenantConfig>& tenants, std::string_view 
                      [id](const config::TenantConfig& t) { return t.spec.id == id; });
 }
 
+// The assigned process itself, while it runs: the same pid and start time (a pid reused by a
+// later process is not it).
+std::optional<LiveProcess> same_process(ControlHost& host, const AssignedProcess& a) {
+  std::optional<LiveProcess> p = host.live_process(a.pid);
+  if (p && p->starttime_ticks != a.starttime_ticks) p.reset();
+  return p;
+}
+
 }  // namespace
 
 // Assigned processes that exited (or whose pid another process has now) and those whose tenant
@@ -24,9 +32,7 @@ void RuntimeControl::save_state() {
   if (opts_.state_path.empty()) return;
   std::erase_if(assigned_, [this](const auto& kv) {
     const AssignedProcess& a = kv.second;
-    if (!engine_.tenants().find(a.tenant)) return true;
-    const std::optional<LiveProcess> p = host_.live_process(a.pid);
-    return !p || p->starttime_ticks != a.starttime_ticks;
+    return !engine_.tenants().find(a.tenant) || !same_process(host_, a);
   });
   RuntimeState state;
   for (const config::TenantConfig& t : config_.tenants) {
@@ -77,8 +83,8 @@ void RuntimeControl::restore_saved_state() {
     ++tenants;
   }
   for (const AssignedProcess& a : state.assigned) {
-    const std::optional<LiveProcess> p = host_.live_process(a.pid);
-    if (!p || p->starttime_ticks != a.starttime_ticks) {
+    const std::optional<LiveProcess> p = same_process(host_, a);
+    if (!p) {
       spdlog::debug("runtime tenants: pid {} (tenant \"{}\") exited; not restored", a.pid,
                     a.tenant);
       ++skipped;

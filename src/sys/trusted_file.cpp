@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "sys/unique_fd.hpp"
+
 namespace zernel::sys {
 namespace {
 
@@ -53,10 +55,7 @@ Result<std::optional<TrustedText>> read_trusted_file(const std::string& path,
     }
     return errno_error("opening " + path, err);
   }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  const UniqueFd closer(fd);
   struct stat before{};
   if (::fstat(fd, &before) != 0) return errno_error("fstat " + path);
   // /dev/null is the usual way to say "an empty file" (--config /dev/null): it cannot block,
