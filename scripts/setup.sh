@@ -11,6 +11,9 @@ packages=(
   valgrind python3
   # used by the integration tests: HTTP scrapes, socket checks, uid switching, CPU pinning
   curl iproute2 util-linux
+  # A real PyTorch training loop (CPU build) under the daemon: tools/torch_job.py,
+  # tests/integration/pytorch_test.sh.
+  python3-torch
   # A real Prometheus server and promtool scrape /metrics (tests/integration/prometheus_test.sh).
   prometheus
   # BPF toolchain (cmake/Bpf.cmake): clang for -target bpf; libbpf and bpftool are built from the

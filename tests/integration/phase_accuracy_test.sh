@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench/phase_accuracy.py on hand-made logs whose figures are known: time-weighted accuracy per
+# phase, process and role, reaction times and missed changes, per-thread lines ignored (or scored
+# with --threads), --require passing and failing (exit 1), and bad input (exit 2, a message).
+# Needs only python3.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+score=$SRC/bench/phase_accuracy.py
+
+# Times in ms from 1 s, as ns. Rank 10: Unknown 100, GpuCompute 100, OptimizerStep 100, then
+# DataLoading 100 that the detector never shows (missed), exit. Worker 11: Unknown 50,
+# DataLoading 200, exit.
+line() { printf '{"t_ns": %d, "pid": %d, "phase": "%s"%s}\n' "$((1000000000 + $1 * 1000000))" "$2" "$3" "${4:-}"; }
+{
+  line 0 10 Unknown; line 100 10 GpuCompute; line 200 10 OptimizerStep; line 300 10 DataLoading
+  line 400 10 Unknown; line 0 11 Unknown; line 50 11 DataLoading; line 250 11 Unknown
+} > "$tmp/truth.jsonl"
+# GpuCompute 1 ms late, OptimizerStep 50 ms late, a per-thread line of another thread (ignored
+# by default), the worker 10 ms late; a process that is not in the truth (ignored).
+{
+  line 101 10 GpuCompute; line 150 10 DataLoading ', "tid": 12'; line 250 10 OptimizerStep ', "tid": 10'
+  line 60 11 DataLoading; line 5 99 GpuCompute
+} > "$tmp/phases.jsonl"
+
+python3 "$score" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --require accuracy=0.7 > "$tmp/out" 2>&1
+rc=$?
+cat "$tmp/out"
+check "thresholds met: exit 0 (got $rc)" "[[ $rc -eq 0 ]]"
+python3 - "$tmp/out" <<'PY' && pass || fail "the figures of the hand-made logs"
+import json, sys
+o = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+# Rank: 100 + 99 + 50 + 0 of 400 ms right; worker: 50 + 190 of 250 ms.
+assert abs(o["roles"]["rank"]["accuracy_pct"] - 62.25) < 0.01, o["roles"]["rank"]
+assert abs(o["roles"]["worker"]["accuracy_pct"] - 96.0) < 0.01, o["roles"]["worker"]
+assert abs(o["accuracy_pct"] - 100.0 * 489 / 650) < 0.01, o["accuracy_pct"]
+ph = o["phases"]
+assert ph["GpuCompute"]["accuracy_pct"] == 99.0 and ph["OptimizerStep"]["accuracy_pct"] == 50.0, ph
+assert ph["DataLoading"]["accuracy_pct"] == round(100.0 * 190 / 300, 2), ph
+r = o["reaction_ms"]
+# Changes: rank GpuCompute (1 ms), OptimizerStep (50 ms), DataLoading (missed); worker (10 ms).
+assert (r["changes"], r["missed"], r["p50"], r["p99"], r["max"]) == (4, 1, 10.0, 50.0, 50.0), r
+assert [p["pid"] for p in o["processes"]] == [10, 11], o["processes"]
+PY
+
+python3 "$score" "$tmp/truth.jsonl" "$tmp/phases.jsonl" \
+  --require "p99_ms=2,worker.phase_accuracy=0.96,missed=0" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+cat "$tmp/err"
+check "thresholds missed: exit 1 (got $rc)" "[[ $rc -eq 1 ]]"
+check "each miss is named" "grep -q 'reaction p99 50.0 ms > 2 ms' $tmp/err &&
+  grep -q 'worker: DataLoading accuracy 95.0 % < 96 %' $tmp/err && grep -q '1 changes missed' $tmp/err"
+
+# --threads: the tid 12 line is scored as thread 12 (not in the truth), so rank 10 loses nothing
+# by it; and the tid 10 line still counts for pid 10.
+python3 "$score" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --threads --quiet > "$tmp/out" 2>&1
+check "--threads scores per-thread lines under their tid" \
+  "python3 -c 'import json,sys; o=json.loads(open(sys.argv[1]).read()); assert o[\"roles\"][\"rank\"][\"accuracy_pct\"] == 62.25' $tmp/out"
+check "--quiet prints only the JSON line" "[[ \$(wc -l < $tmp/out) -eq 1 ]]"
+
+# Bad input: exit 2 with a message naming the problem.
+bad() {  # bad DESCRIPTION EXPECTED-MESSAGE ARGS...
+  local what=$1
+  bad_msg=$2
+  shift 2
+  python3 "$score" "$@" > "$tmp/out" 2> "$tmp/err"
+  local rc=$?
+  check "$what: exit 2 (got $rc) naming it ($(head -c 200 "$tmp/err"))" \
+    "[[ $rc -eq 2 ]] && grep -qF \"\$bad_msg\" $tmp/err"
+}
+echo '{"t_ns": 1, "pid": 1, "phase": "Sleeping"}' > "$tmp/badphase.jsonl"
+echo 'not json' > "$tmp/garbage.jsonl"
+echo '{"t_ns": -5, "pid": 1, "phase": "Unknown"}' > "$tmp/negative.jsonl"
+: > "$tmp/empty.jsonl"
+bad "unknown phase" "unknown phase 'Sleeping'" "$tmp/truth.jsonl" "$tmp/badphase.jsonl"
+bad "a line that is not JSON" "garbage.jsonl:1: not a phase line" "$tmp/garbage.jsonl" "$tmp/phases.jsonl"
+bad "a negative stamp" "must be positive integers" "$tmp/negative.jsonl" "$tmp/phases.jsonl"
+bad "an empty truth log" "no process with at least two lines" "$tmp/empty.jsonl" "$tmp/phases.jsonl"
+bad "a missing file" "No such file" "$tmp/nothere.jsonl" "$tmp/phases.jsonl"
+bad "an unknown --require key" "unknown key 'p95_ms'" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --require p95_ms=3
+bad "an accuracy above 1" "a fraction between 0 and 1" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --require accuracy=95
+bad "an unknown role" "unknown role 'gpu'" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --require gpu.accuracy=0.5
+summary
