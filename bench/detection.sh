@@ -205,6 +205,7 @@ out["phase_accuracy_pct"] = {p: rng([r["phases"].get(p, {}).get("accuracy_pct") 
 for q in ("p50", "p99", "max"):
     out[f"reaction_{q}_ms"] = rng([r["reaction_ms"][q] for r in rows])
 out["missed_changes"] = rng([r["reaction_ms"]["missed"] for r in rows])
+out["changes_at_0"] = rng([r["reaction_ms"]["already"] for r in rows])
 print(json.dumps(out))
 PY
 exit $failed

@@ -14,7 +14,9 @@ exit): before a process's first line in the phase log, the scheduler holds it as
   * reaction: for every true change (all truth lines but a process's first and last), the time
     from the change to the first phase-log line that shows the new phase; 0 when the committed
     phase already is the new one at the change. A change whose phase is not shown before the
-    next true change is "missed" and has no reaction time. p50, p99 (nearest rank) and max.
+    next true change is "missed" and has no reaction time. p50, p99 (nearest rank) and max over
+    the changes not missed; "already" counts the changes with reaction 0 (a detector stuck in
+    one phase is "already" right whenever the truth comes back to it: read p50 with it).
 
 Figures are given per process, per role and in total. A process whose truth has any phase other
 than DataLoading and Unknown is a rank's main process ("rank"), the others are DataLoader workers
@@ -95,6 +97,7 @@ class Tally:
         self.reactions_ns = []
         self.changes = 0
         self.missed = 0
+        self.already = 0  # changes whose phase was committed already (reaction 0)
 
     def add(self, other):
         for p, v in other.truth_ns.items():
@@ -104,6 +107,7 @@ class Tally:
         self.reactions_ns += other.reactions_ns
         self.changes += other.changes
         self.missed += other.missed
+        self.already += other.already
 
     def figures(self):
         total = sum(self.truth_ns.values())
@@ -121,7 +125,7 @@ class Tally:
                        for p in PHASES if self.truth_ns[p] > 0},
             "reaction_ms": {"p50": ms(nearest_rank(r, 0.50)), "p99": ms(nearest_rank(r, 0.99)),
                             "max": ms(r[-1] if r else None), "changes": self.changes,
-                            "missed": self.missed},
+                            "already": self.already, "missed": self.missed},
         }
 
 
@@ -166,6 +170,7 @@ def score_process(truth, detected):
         tally.changes += 1
         if committed_at(t0) == phase:
             tally.reactions_ns.append(0)
+            tally.already += 1
             continue
         first = next((dt for dt, dp in det if t0 < dt < t1 and dp == phase), None)
         if first is None:
@@ -229,7 +234,7 @@ def row(name, fig):
         cells.append(f"{fmt(f['accuracy_pct'] if f else None, '%'):>7}")
     r = fig["reaction_ms"]
     cells += [f"{fmt(r['p50']):>7}", f"{fmt(r['p99']):>7}", f"{fmt(r['max']):>7}",
-              f"{r['changes']:>6}", f"{r['missed']:>6}"]
+              f"{r['changes']:>6}", f"{r['already']:>6}", f"{r['missed']:>6}"]
     return " ".join(cells)
 
 
@@ -278,7 +283,7 @@ def main():
     if not a.quiet:
         head = (f"{'process':<14} {'truth_s':>7} {'acc':>7} " +
                 " ".join(f"{p[:7]:>7}" for p in PHASES) +
-                f" {'p50_ms':>7} {'p99_ms':>7} {'max_ms':>7} {'chg':>6} {'missed':>6}")
+                f" {'p50_ms':>7} {'p99_ms':>7} {'max_ms':>7} {'chg':>6} {'at_0':>6} {'missed':>6}")
         print(head)
         for pid, role, fig in procs:
             print(row(f"{pid} {role}", fig))

@@ -40,7 +40,7 @@ assert ph["GpuCompute"]["accuracy_pct"] == 99.0 and ph["OptimizerStep"]["accurac
 assert ph["DataLoading"]["accuracy_pct"] == round(100.0 * 190 / 300, 2), ph
 r = o["reaction_ms"]
 # Changes: rank GpuCompute (1 ms), OptimizerStep (50 ms), DataLoading (missed); worker (10 ms).
-assert (r["changes"], r["missed"], r["p50"], r["p99"], r["max"]) == (4, 1, 10.0, 50.0, 50.0), r
+assert (r["changes"], r["already"], r["missed"], r["p50"], r["p99"], r["max"]) == (4, 0, 1, 10.0, 50.0, 50.0), r
 assert [p["pid"] for p in o["processes"]] == [10, 11], o["processes"]
 PY
 
