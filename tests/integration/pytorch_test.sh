@@ -88,7 +88,8 @@ if wait_for 60 "discovery > $tmp/discovery.txt 2> /dev/null"; then
   pass
 else
   fail "the daemon tracks the main process (ML, with a GPU) and its 2 workers (ML, its children)"
-  discovery
+  echo "--- truth log so far"; head -n 20 "$tmp/truth.jsonl"
+  echo "--- /status"; curl -s "http://127.0.0.1:$port/status"; echo
 fi
 
 wait "$job_pid"
