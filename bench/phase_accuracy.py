@@ -68,7 +68,8 @@ def load(path, threads):
             if not isinstance(t, int) or not isinstance(pid, int) or t < 0 or pid <= 0:
                 raise InputError(f"{path}:{n}: t_ns and pid must be positive integers: {line[:80]}")
             if phase not in PHASES:
-                raise InputError(f"{path}:{n}: unknown phase {phase!r} (valid: {', '.join(PHASES)})")
+                raise InputError(f"{path}:{n}: unknown phase {phase!r}"
+                                 f" (valid: {', '.join(PHASES)})")
             tid = o.get("tid")
             if tid is not None and not isinstance(tid, int):
                 raise InputError(f"{path}:{n}: tid must be an integer: {line[:80]}")
@@ -246,7 +247,7 @@ def main():
     ap.add_argument("--require", default="",
                     help="thresholds, e.g. accuracy=0.95,p99_ms=2,worker.phase_accuracy=0.9")
     ap.add_argument("--threads", action="store_true",
-                    help="score per-thread lines (\"tid\") under their tid instead of ignoring them")
+                    help="score per-thread lines (\"tid\") under their tid, not ignore them")
     ap.add_argument("--min-phase-ms", type=float, default=100.0,
                     help="phase_accuracy ignores phases with less truth time than this (100)")
     ap.add_argument("--label", default="", help="added to the JSON line as \"label\"")

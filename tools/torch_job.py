@@ -53,7 +53,8 @@ class TruthLog:
 
     def open_here(self):
         if self.path and self.pid != os.getpid():
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            self.fd = os.open(self.path, flags, 0o644)
             self.pid = os.getpid()
             self.phase = None
 
@@ -112,6 +113,9 @@ class Gpu:
             raise RuntimeError(f"{path}: not the emulated libcuda ({e})") from None
         self.enqueue.argtypes = [ctypes.c_void_p, ctypes.c_ulonglong]
         self.cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+
+    def start(self):
+        """cuInit, the primary context of device 0 and a stream: after the workers' fork."""
         self.ctx, self.stream, dev = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_int()
         self.check("cuInit", self.cuda.cuInit(0))
         self.check("cuDeviceGet", self.cuda.cuDeviceGet(ctypes.byref(dev), 0))
@@ -160,7 +164,11 @@ def main():
 
     torch.set_num_threads(1)
     truth = TruthLog(a.truth_log)
-    truth.open_here()
+    try:
+        truth.open_here()
+    except OSError as e:
+        print(f"torch_job.py: --truth-log {a.truth_log}: {e.strerror}", file=sys.stderr)
+        return 1
     truth.mark("Unknown")
 
     width, batch = 256, 4  # a small batch: the CPU forward/backward stays well under --gpu-ms
@@ -172,13 +180,14 @@ def main():
     loader = DataLoader(MadeBatches(a.steps, batch, width, a.item_ms, truth), batch_size=None,
                         num_workers=a.workers, persistent_workers=True, prefetch_factor=2,
                         worker_init_fn=worker_init(truth))
-    batches = iter(loader)  # forks the workers, before any GPU context exists (as CUDA needs)
-    worker_pids = [w.pid for w in getattr(batches, "_workers", [])]
     try:
         gpu = Gpu(a.libcuda)
+        batches = iter(loader)  # forks the workers, before any GPU context exists (as CUDA needs)
+        gpu.start()
     except RuntimeError as e:
         print(f"torch_job.py: {e}", file=sys.stderr)
         return 1
+    worker_pids = [w.pid for w in getattr(batches, "_workers", [])]
 
     step_ms, wait_ms, gpu_ms, opt_ms = [], [], [], []
     t_start = time.monotonic_ns()
