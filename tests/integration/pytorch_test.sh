@@ -59,32 +59,51 @@ fi
   --truth-log "$tmp/truth.jsonl" > "$tmp/job.json" 2> "$tmp/job.err" &
 job_pid=$!
 
-# Discovery, while the job runs: its pids from the truth log (the main process is the one that
-# goes through GpuCompute, after it has made its context), then /status until all three are seen.
-discovery() {
-  "$py" - "$tmp/truth.jsonl" "http://127.0.0.1:$port/status" <<'PY'
-import json, sys, urllib.request
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-main = {r["pid"] for r in rows if r["phase"] == "GpuCompute"}
-if len(main) != 1:
-    sys.exit(1)
-main = main.pop()
-workers = {r["pid"] for r in rows} - {main}
-tasks = {t["pid"]: t for t in json.load(urllib.request.urlopen(sys.argv[2], timeout=2))["tasks"]}
-m = tasks.get(main)
-if len(workers) != 2 or not m or not m["ml"] or m["gpu_id"] is None:
-    sys.exit(1)
-for w in workers:
-    t = tasks.get(w)
-    ppid = int(open(f"/proc/{w}/stat").read().rsplit(")", 1)[1].split()[1])
-    if not t or not t["ml"] or ppid != main:
+# Discovery, while the job runs (one poller, 60 s of wall time): its pids from the truth log (the
+# main process is the one that goes through GpuCompute, after it has made its context), then
+# /status until all three are seen as they should be.
+"$py" - "$tmp/truth.jsonl" "http://127.0.0.1:$port/status" 60 > "$tmp/discovery.txt" <<'PY'
+import json, sys, time, urllib.request
+truth_path, url, limit = sys.argv[1], sys.argv[2], float(sys.argv[3])
+
+def attempt():
+    rows = [json.loads(l) for l in open(truth_path) if l.strip()]
+    main = {r["pid"] for r in rows if r["phase"] == "GpuCompute"}
+    if len(main) != 1:
+        return False, "the main process has not reached its first GPU step"
+    main = main.pop()
+    workers = sorted({r["pid"] for r in rows} - {main})
+    tasks = {t["pid"]: t for t in json.load(urllib.request.urlopen(url, timeout=2))["tasks"]}
+    m = tasks.get(main)
+    if len(workers) != 2:
+        return False, f"the truth log names {len(workers)} workers, not 2"
+    if not m or not m["ml"] or m["gpu_id"] is None:
+        return False, f"main process {main} is not tracked as an ML process with a GPU: {m}"
+    for w in workers:
+        t = tasks.get(w)
+        ppid = int(open(f"/proc/{w}/stat").read().rsplit(")", 1)[1].split()[1])
+        if not t or not t["ml"] or ppid != main:
+            return False, f"worker {w} (parent {ppid}) is not tracked as an ML child of {main}: {t}"
+    return True, (f"main process {main} ({m['comm']}, GPU {m['gpu_id']}), DataLoader workers "
+                  + ", ".join(f"{w} ({tasks[w]['comm']})" for w in workers))
+
+deadline = time.monotonic() + limit
+while True:
+    try:
+        ok, why = attempt()
+        if ok:
+            print(why)
+            sys.exit(0)
+    except (OSError, ValueError, KeyError) as e:
+        why = f"{type(e).__name__}: {e}"
+    if time.monotonic() > deadline:
+        print(f"after {limit:g} s: {why}")
         sys.exit(1)
-print(f"main process {main} ({m['comm']}, GPU {m['gpu_id']}), DataLoader workers "
-      + ", ".join(f"{w} ({tasks[w]['comm']})" for w in sorted(workers)))
+    time.sleep(0.2)
 PY
-}
-if wait_for 60 "discovery > $tmp/discovery.txt 2> /dev/null"; then
-  cat "$tmp/discovery.txt"
+rc=$?
+cat "$tmp/discovery.txt"
+if [[ $rc -eq 0 ]]; then
   pass
 else
   fail "the daemon tracks the main process (ML, with a GPU) and its 2 workers (ML, its children)"
