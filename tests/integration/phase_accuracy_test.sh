@@ -59,6 +59,21 @@ check "--threads scores per-thread lines under their tid" \
   "python3 -c 'import json,sys; o=json.loads(open(sys.argv[1]).read()); assert o[\"roles\"][\"rank\"][\"accuracy_pct\"] == 62.25' $tmp/out"
 check "--quiet prints only the JSON line" "[[ \$(wc -l < $tmp/out) -eq 1 ]]"
 
+# A detector stuck in a phase: the truth's return to it counts "already" (reaction 0), the change
+# away from it is missed. Worker 20: Unknown 100, DataLoading 100 (shown 10 ms late), Unknown 100
+# (never shown), DataLoading 100 (already shown), exit.
+{ line 0 20 Unknown; line 100 20 DataLoading; line 200 20 Unknown; line 300 20 DataLoading; line 400 20 Unknown; } \
+  > "$tmp/truth2.jsonl"
+line 110 20 DataLoading > "$tmp/phases2.jsonl"
+python3 "$score" "$tmp/truth2.jsonl" "$tmp/phases2.jsonl" --quiet > "$tmp/out" 2>&1
+python3 - "$tmp/out" <<'PY' && pass || fail "a stuck detector: changes already shown and missed"
+import json, sys
+o = json.loads(open(sys.argv[1]).read())
+r = o["reaction_ms"]
+assert (r["changes"], r["already"], r["missed"], r["p50"], r["max"]) == (3, 1, 1, 0.0, 10.0), r
+assert o["phases"]["DataLoading"]["accuracy_pct"] == 95.0 and o["phases"]["Unknown"]["accuracy_pct"] == 50.0, o
+PY
+
 # Bad input: exit 2 with a message naming the problem.
 bad() {  # bad DESCRIPTION EXPECTED-MESSAGE ARGS...
   local what=$1
