@@ -161,7 +161,8 @@ for run in $(seq "$runs"); do
     cp "$tmp/truth.jsonl" "$keep/truth-$run.jsonl"; cp "$tmp/phases.jsonl" "$keep/phases-$run.jsonl"
     cp "$tmp/daemon.log" "$keep/daemon-$run.log"
   fi
-  echo "== run $run of $runs ($preset, $detector): $(head -c 200 "$tmp/workload.json")"
+  echo "== run $run of $runs ($preset, $detector, load $(cut -d" " -f1-3 /proc/loadavg)):" \
+    "$(head -c 200 "$tmp/workload.json")"
   if [[ $preset == long ]]; then
     out=$(python3 "$here/detection_score.py" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --roles \
           "${detail[@]}" --require)
