@@ -29,6 +29,7 @@ Prints a table (one row per process, role and the total) and, last, one JSON lin
 ("rank.accuracy=0.95"):
   accuracy=F         overall accuracy at least F (a fraction, 0..1)
   phase_accuracy=F   every true phase with at least --min-phase-ms of truth at least F
+  PHASE=F            that phase (DataLoading, GpuCompute, ...) at least F, when it has truth
   p50_ms=X, p99_ms=X, max_ms=X   reaction percentiles at most X ms
   missed=N           at most N changes missed
 Exit status: 0, or 1 when a threshold is missed (each miss is named on stderr), 2 on bad input.
@@ -190,13 +191,14 @@ def parse_require(text):
         role, dot, name = key.rpartition(".")
         if dot and role not in ROLES:
             raise InputError(f"--require: unknown role {role!r} in {item!r} (valid: rank, worker)")
-        if name not in KEYS:
-            raise InputError(f"--require: unknown key {name!r} (valid: {', '.join(KEYS)})")
+        if name not in KEYS and name not in PHASES:
+            raise InputError(f"--require: unknown key {name!r} "
+                             f"(valid: {', '.join(KEYS + PHASES)})")
         try:
             v = float(value)
         except ValueError:
             raise InputError(f"--require: {item!r}: {value!r} is not a number") from None
-        if name in ("accuracy", "phase_accuracy") and not 0.0 <= v <= 1.0:
+        if (name in ("accuracy", "phase_accuracy") or name in PHASES) and not 0.0 <= v <= 1.0:
             raise InputError(f"--require: {item!r}: accuracy is a fraction between 0 and 1")
         if v < 0 or math.isnan(v):
             raise InputError(f"--require: {item!r}: must not be negative")
@@ -215,6 +217,12 @@ def check(req, fig, min_phase_s):
         return [f"{p} accuracy {f['accuracy_pct']} % < {100 * v:g} %"
                 for p, f in fig["phases"].items()
                 if f["truth_s"] >= min_phase_s and f["accuracy_pct"] < 100 * v]
+    if name in PHASES:
+        f = fig["phases"].get(name)
+        if f is None or f["truth_s"] < min_phase_s:
+            return []
+        return [] if f["accuracy_pct"] >= 100 * v else [
+            f"{name} accuracy {f['accuracy_pct']} % < {100 * v:g} %"]
     if name == "missed":
         return [] if r["missed"] <= v else [f"{r['missed']} changes missed > {v:g}"]
     key = name[:-3]  # p50, p99, max

@@ -164,6 +164,9 @@ struct zernel_tenant_load {
 	X(THROTTLED, throttled)		/* enqueues parked because their cgroup spent its cpu.max */	\
 	X(THROTTLE_CUT, throttle_cut)	/* slices ended by a tick that found the quota spent */	\
 	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
+	X(PHASE_FOLLOWED, phase_followed) /* a thread's own phase (probes) replaced the policy it	\
+					 * was scheduled with, at a wakeup or an enqueue */		\
+	X(PHASE_FOLLOWED_1MS, phase_followed_1ms) /* of those, within 1 ms of the phase's event */	\
 	/* ns of CPU time run by decided tasks, one counter per phase, in enum zernel_phase order */	\
 	X(RUN_NS_DATA_LOADING, run_ns_data_loading)							\
 	X(RUN_NS_GPU_COMPUTE, run_ns_gpu_compute)							\
@@ -180,6 +183,20 @@ enum zernel_stat {
 	/* The per-phase counters as a range: ZERNEL_STAT_RUN_NS_PHASE + phase. */
 	ZERNEL_STAT_RUN_NS_PHASE = ZERNEL_STAT_RUN_NS_DATA_LOADING,
 	ZERNEL_STAT_RUN_NS_PHASE_END = ZERNEL_STAT_RUN_NS_UNKNOWN,
+};
+
+/*
+ * The policy of one phase, for threads that follow their own phase (phases from events): the
+ * loader fills zernel_phase_policy[] (rodata) from the engine's table, index enum zernel_phase,
+ * plus ZERNEL_PHASE_NR for a GpuCompute thread woken inside a GPU sync it slept in (the engine's
+ * blocked GPU waiter). 24 bytes.
+ */
+struct zernel_phase_policy {
+	__u64 slice_ns;			/* ns: time slice; 0 = ZERNEL_SLICE_DFL_US */
+	__u32 weight;			/* kernel weight scale, as zernel_decision.weight */
+	__u32 latency_target_us;	/* us: wakeup latency target; 0 = none */
+	__u8 flags;			/* enum zernel_decision_flags */
+	__u8 __pad[7];			/* zero */
 };
 
 /*
@@ -242,6 +259,8 @@ enum zernel_exit_kind {
 
 /* Layout checks, compiled by clang -target bpf and by the C++ compiler alike. */
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_decision) == 40, "zernel_decision layout");
+ZERNEL_STATIC_ASSERT(sizeof(struct zernel_phase_policy) == 24, "zernel_phase_policy layout");
+ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_phase_policy, flags) == 16, "zernel_phase_policy.flags");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, slice_ns) == 0, "slice_ns");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, weight) == 8, "weight");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_decision, tenant_weight) == 12, "tenant_weight");

@@ -133,6 +133,275 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
 		__sync_fetch_and_add(&p->in_sync, 1);
 }
 
+/*
+ * PHASES FROM EVENTS (probes.h, docs/probes.md "Phases from events"). Each thread of a process
+ * user space names in zernel_phase_procs keeps its phase in task storage; the rules, by role:
+ *
+ *   rank (a GPU process), every thread:
+ *     kernel launch in DataLoading or Unknown -> GpuCompute (the step's GPU part is queued)
+ *     outermost GPU sync entry          -> GpuCompute; in OptimizerStep the thread stays there
+ *                                          unless the sync outlasts zernel_sync_hyst_ns (the
+ *                                          optimizer's own short syncs), and then it is
+ *                                          GpuCompute from the sync's entry, committed at its
+ *                                          return (the thread sleeps meanwhile: nothing is
+ *                                          scheduled on a wrong phase)
+ *     outermost GPU sync return         -> OptimizerStep (CPU work the GPU waits for)
+ *     futex wait on an NCCL segment     -> NcclCollective (a shared mapping named nccl-*)
+ *     that futex call returns           -> OptimizerStep
+ *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
+ *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
+ *     a GPU sync and an NCCL wait       -> DataLoading (waiting for a batch)
+ *     OptimizerStep longer than zernel_optimizer_max_ns of CPU, seen when it leaves a CPU
+ *                                       -> Unknown
+ *   worker (a DataLoader worker), every thread:
+ *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
+ *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
+ *                                          committed when it wakes (then DataLoading again)
+ *
+ * Other futex waits (a lock, the GIL) and sleeps change nothing. A change is committed at once,
+ * with the time of its event, and sent to zernel_phase_events; the two backdated ones (a long
+ * sync begun in OptimizerStep, an idle worker) are sent when they are known, with the earlier
+ * time. Costs: every context switch of the machine looks up the two tasks' storage (a pointer
+ * test for tasks without it) and, for a task without it, its tgid in zernel_phase_procs; every
+ * futex wait of a tracked process one VMA lookup.
+ */
+const volatile __u64 zernel_sync_hyst_ns = 10000000;
+const volatile __u64 zernel_idle_hyst_ns = 2000000;
+const volatile __u64 zernel_optimizer_max_ns = 200000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, ZERNEL_PHASE_MAX_PROCS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct zernel_phase_proc);
+} zernel_phase_procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct zernel_phase_thread);
+} zernel_phase_threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, ZERNEL_PHASE_RING_BYTES);
+} zernel_phase_events SEC(".maps");
+
+/* task_struct states (include/linux/sched.h; vmlinux.h has no macros). */
+#define ZERNEL_TASK_INTERRUPTIBLE 0x1
+#define ZERNEL_TASK_UNINTERRUPTIBLE 0x2
+
+/* Commits `phase` at `t` and sends the change; nothing when the thread is in it already. */
+static __always_inline void phase_set(struct zernel_phase_thread *st, struct task_struct *task,
+				      __u8 phase, __u8 cause, __u64 t)
+{
+	struct zernel_phase_event ev = {};
+
+	if (st->phase == phase)
+		return;
+	st->phase = phase;
+	st->since_ns = t;
+	st->runtime_at_since = BPF_CORE_READ(task, se.sum_exec_runtime);
+	ev.t_ns = t;
+	ev.tid = BPF_CORE_READ(task, pid);
+	ev.tgid = st->tgid;
+	ev.phase = phase;
+	ev.cause = cause;
+	if (bpf_ringbuf_output(&zernel_phase_events, &ev, sizeof(ev), 0))
+		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT_LOST);
+	else
+		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT);
+}
+
+/* The thread's state; with `create`, made (Unknown since now) for a thread of a process that
+ * has a role. NULL for the threads of other processes. */
+static __always_inline struct zernel_phase_thread *phase_thread(struct task_struct *task,
+								 bool create, __u64 now)
+{
+	struct zernel_phase_thread *st;
+	struct zernel_phase_proc *pp;
+	__u32 tgid;
+
+	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, 0);
+	if (st || !create)
+		return st;
+	tgid = BPF_CORE_READ(task, tgid);
+	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+	if (!pp)
+		return NULL;
+	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
+		return NULL;
+	}
+	st->tgid = tgid;
+	st->role = (__u8)pp->role;
+	st->phase = ZERNEL_PROBE_PHASE_UNKNOWN;
+	st->since_ns = now;
+	return st;
+}
+
+static __always_inline void phase_sync_enter(__u64 now)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st = phase_thread(task, true, now);
+
+	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
+		return;
+	st->depth = 1;
+	if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP) {
+		st->pending_ns = now;
+		return;
+	}
+	phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_SYNC_ENTER, now);
+}
+
+static __always_inline void phase_sync_return(__u64 now)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st = phase_thread(task, false, now);
+
+	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
+		return;
+	st->depth = 0;
+	if (st->pending_ns) {
+		if (now - st->pending_ns >= zernel_sync_hyst_ns)
+			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LONG_SYNC,
+				  st->pending_ns);
+		st->pending_ns = 0;
+	}
+	if (st->phase == ZERNEL_PROBE_PHASE_GPU_COMPUTE)
+		phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP, ZERNEL_CAUSE_SYNC_RETURN, now);
+}
+
+/* bpf_find_vma's callback: is the mapping a file named nccl-* (NCCL's /dev/shm segments)? */
+static long nccl_vma(struct task_struct *task, struct vm_area_struct *vma, void *data)
+{
+	const unsigned char *name = BPF_CORE_READ(vma, vm_file, f_path.dentry, d_name.name);
+	char head[5] = {};
+
+	if (name && !bpf_probe_read_kernel(head, sizeof(head), name) && head[0] == 'n' &&
+	    head[1] == 'c' && head[2] == 'c' && head[3] == 'l' && head[4] == '-')
+		*(__u8 *)data = 1;
+	return 0;
+}
+
+static __always_inline void phase_futex_wait(__u64 uaddr)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st;
+	__u8 nccl = 0;
+	__u64 now;
+
+	now = bpf_ktime_get_ns();
+	st = phase_thread(task, true, now);
+	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
+		return;
+	if (bpf_find_vma(task, uaddr, nccl_vma, &nccl, 0) || !nccl)
+		return;
+	st->nccl_wait = 1;
+	phase_set(st, task, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE, ZERNEL_CAUSE_NCCL_WAIT, now);
+}
+
+/* A wait for a batch: the syscall a sleeping thread is in (x86-64 numbers). */
+static __always_inline bool in_data_wait(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	long nr;
+
+	if (!regs)
+		return false;
+	nr = BPF_CORE_READ(regs, orig_ax);
+	switch (nr) {
+	case 0:	  /* read */
+	case 7:	  /* poll */
+	case 17:  /* pread64 */
+	case 19:  /* readv */
+	case 23:  /* select */
+	case 45:  /* recvfrom */
+	case 47:  /* recvmsg */
+	case 232: /* epoll_wait */
+	case 270: /* pselect6 */
+	case 271: /* ppoll */
+	case 281: /* epoll_pwait */
+	case 295: /* preadv */
+	case 299: /* recvmmsg */
+	case 441: /* epoll_pwait2 */
+		return true;
+	}
+	return false;
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(zernel_phase_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	bool sleeps = !preempt &&
+		      (prev_state & (ZERNEL_TASK_INTERRUPTIBLE | ZERNEL_TASK_UNINTERRUPTIBLE));
+	struct zernel_phase_thread *st;
+	__u64 now = bpf_ktime_get_ns();
+
+	st = phase_thread(prev, true, now);
+	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
+		if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP &&
+		    BPF_CORE_READ(prev, se.sum_exec_runtime) - st->runtime_at_since >
+			    zernel_optimizer_max_ns)
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_OPTIMIZER_BOUND, now);
+		if (sleeps && !st->depth && !st->nccl_wait && in_data_wait(prev))
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT, now);
+	} else if (st && st->role == ZERNEL_PHASE_ROLE_WORKER) {
+		/* It ran until now (a thread first seen here was running too). */
+		phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN, now);
+		st->sleep_ns = sleeps && (prev_state & ZERNEL_TASK_INTERRUPTIBLE) ? now : 0;
+	}
+
+	st = phase_thread(next, false, now);
+	if (st && st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
+		if (now - st->sleep_ns >= zernel_idle_hyst_ns) {
+			phase_set(st, next, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_WORKER_IDLE,
+				  st->sleep_ns);
+			phase_set(st, next, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN, now);
+		}
+		st->sleep_ns = 0;
+	}
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_futex")
+int zernel_futex_exit(void *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st;
+
+	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, 0);
+	if (!st || !st->nccl_wait)
+		return 0;
+	st->nccl_wait = 0;
+	if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
+		phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP, ZERNEL_CAUSE_NCCL_DONE,
+			  bpf_ktime_get_ns());
+	return 0;
+}
+
+/* A kernel launch (cuLaunchKernel*, the emulated driver's zfgEnqueueWork): after a data wait (or
+ * from Unknown) the step's GPU part begins; launches in the optimizer or a collective change
+ * nothing. */
+SEC("uprobe")
+int BPF_UPROBE(zernel_launch)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st;
+	__u64 now = bpf_ktime_get_ns();
+
+	st = phase_thread(task, true, now);
+	if (st && st->role == ZERNEL_PHASE_ROLE_RANK &&
+	    (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING || st->phase == ZERNEL_PROBE_PHASE_UNKNOWN))
+		phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LAUNCH, now);
+	return 0;
+}
+
 SEC("uprobe")
 int BPF_UPROBE(zernel_sync_enter)
 {
@@ -176,6 +445,7 @@ int BPF_UPROBE(zernel_sync_enter)
 	t->tgid = tgid; /* a reused tid of another process: the exit hook normally prevents this */
 	t->enter_ns = now;
 	t->depth = 1;
+	phase_sync_enter(now);
 	p = proc_get(tgid);
 	if (!p)
 		return 0;
@@ -209,6 +479,7 @@ int BPF_URETPROBE(zernel_sync_return)
 	runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
 	t->return_ns = now;
 	t->runtime_at_return_ns = runtime;
+	phase_sync_return(now);
 
 	p = proc_get(tgid);
 	if (!p)
@@ -232,6 +503,7 @@ int zernel_futex_enter(struct trace_event_raw_sys_enter *ctx)
 	if (cmd != ZERNEL_FUTEX_WAIT && cmd != ZERNEL_FUTEX_WAIT_BITSET &&
 	    cmd != ZERNEL_FUTEX_WAIT_REQUEUE_PI)
 		return 0;
+	phase_futex_wait((__u64)ctx->args[0]);
 	id = bpf_get_current_pid_tgid();
 	tgid = id >> 32;
 	tid = (__u32)id;
@@ -273,6 +545,7 @@ int zernel_thread_exit(struct bpf_raw_tracepoint_args *ctx)
 	if (BPF_CORE_READ(task, signal, live.counter) == 0) {
 		bpf_map_delete_elem(&zernel_probe_procs, &tgid);
 		bpf_map_delete_elem(&zernel_probe_futex, &tgid);
+		bpf_map_delete_elem(&zernel_phase_procs, &tgid);
 	}
 	return 0;
 }

@@ -97,6 +97,10 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_FUTEX_WAIT,	    /* futex waits counted (tracked processes) */
 	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,  /* futex waits of untracked processes (looked up, not
 					       counted) */
+	ZERNEL_PROBE_STAT_PHASE_EVENT,	    /* phase changes sent to zernel_phase_events */
+	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST, /* phase changes not sent: the ring buffer was full */
+	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE, /* threads of a phase-tracked process given no state
+					       (task storage allocation failed) */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -127,7 +131,99 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 10,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 13,
 			    "update the loader's stat names with the enum");
+
+/*
+ * Phases from events (docs/probes.md, "Phases from events"). Each thread of a process user space
+ * names in zernel_phase_procs gets a phase of its own, kept in BPF task storage and changed by
+ * the events below as they happen; every change goes to the ring buffer zernel_phase_events with
+ * the time of the event that made it.
+ *
+ * Maps (names as in the skeleton):
+ *   zernel_phase_procs    HASH          key __u32 tgid -> struct zernel_phase_proc (user space
+ *                         inserts when discovery gives a process its role, deletes on forget)
+ *   zernel_phase_threads  TASK_STORAGE  -> struct zernel_phase_thread (BPF only)
+ *   zernel_phase_events   RINGBUF       struct zernel_phase_event records (BPF writes, user
+ *                         space consumes)
+ */
+
+/* The phase numbers: policy::Phase's (src/policy/phase.hpp), intf.h's enum zernel_phase. */
+enum zernel_probe_phase {
+	ZERNEL_PROBE_PHASE_DATA_LOADING = 0,
+	ZERNEL_PROBE_PHASE_GPU_COMPUTE = 1,
+	ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE = 2,
+	ZERNEL_PROBE_PHASE_OPTIMIZER_STEP = 3,
+	ZERNEL_PROBE_PHASE_UNKNOWN = 4,
+};
+
+/* Which rules apply to a process's threads. */
+enum zernel_phase_role {
+	ZERNEL_PHASE_ROLE_RANK = 1,   /* a GPU process (a training rank): GPU syncs, NCCL waits,
+					 data waits, CPU work after a wait */
+	ZERNEL_PHASE_ROLE_WORKER = 2, /* a DataLoader worker: producing while it runs or waits on
+					 I/O, idle while it sleeps */
+};
+
+/* What made a change (zernel_phase_event.cause). */
+enum zernel_phase_cause {
+	ZERNEL_CAUSE_SYNC_ENTER = 1,	  /* a GPU sync began: GpuCompute */
+	ZERNEL_CAUSE_SYNC_RETURN = 2,	  /* a GPU sync returned: OptimizerStep (CPU work the GPU
+					     waits for) */
+	ZERNEL_CAUSE_LONG_SYNC = 3,	  /* a sync begun in OptimizerStep outlasted the
+					     hysteresis: GpuCompute from its entry */
+	ZERNEL_CAUSE_NCCL_WAIT = 4,	  /* a futex wait on an NCCL shared-memory segment */
+	ZERNEL_CAUSE_NCCL_DONE = 5,	  /* that wait returned: OptimizerStep */
+	ZERNEL_CAUSE_DATA_WAIT = 6,	  /* blocked reading a pipe, socket or file, or polling */
+	ZERNEL_CAUSE_WORKER_RUN = 7,	  /* a worker runs: DataLoading */
+	ZERNEL_CAUSE_WORKER_IDLE = 8,	  /* a worker slept at least the hysteresis: Unknown from
+					     when it fell asleep */
+	ZERNEL_CAUSE_OPTIMIZER_BOUND = 9, /* OptimizerStep ran longer than its bound: Unknown */
+	ZERNEL_CAUSE_LAUNCH = 10,	  /* a kernel launch after a data wait: GpuCompute */
+};
+
+/* Per tracked process. */
+struct zernel_phase_proc {
+	__u32 role; /* enum zernel_phase_role */
+	__u32 pad;
+};
+
+/* Per thread (task storage; BPF only, user space sees the events). */
+struct zernel_phase_thread {
+	__u64 since_ns;		/* ns, CLOCK_MONOTONIC: when the current phase began */
+	__u64 runtime_at_since; /* ns: se.sum_exec_runtime then (the OptimizerStep bound) */
+	__u64 pending_ns;	/* ns: entry of a sync begun in OptimizerStep; 0 none */
+	__u64 sleep_ns;		/* ns: a worker's interruptible sleep began; 0 awake or in I/O */
+	__u32 tgid;
+	__u8 phase;		/* enum zernel_probe_phase */
+	__u8 role;		/* enum zernel_phase_role */
+	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
+	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
+};
+
+/* One phase change, as the ring buffer carries it. */
+struct zernel_phase_event {
+	__u64 t_ns;  /* ns, CLOCK_MONOTONIC: the time of the event that made it */
+	__u32 tid;
+	__u32 tgid;
+	__u8 phase;  /* enum zernel_probe_phase: the new phase */
+	__u8 cause;  /* enum zernel_phase_cause */
+	__u8 pad[6];
+};
+
+enum zernel_phase_limits {
+	ZERNEL_PHASE_MAX_PROCS = 65536,		  /* processes with a role */
+	ZERNEL_PHASE_RING_BYTES = 4 * 1024 * 1024, /* 131,072 events (24 bytes + 8 of header) */
+};
+
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 40,
+			    "zernel_phase_thread layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_event) == 24,
+			    "zernel_phase_event layout");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, tid) == 8, "tid");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, tgid) == 12, "tgid");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, phase) == 16, "phase");
+ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, cause) == 17, "cause");
 
 #endif /* ZERNEL_BPF_PROBES_H */

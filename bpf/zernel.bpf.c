@@ -235,6 +235,7 @@
 #include <scx/common.bpf.h>
 
 #include "intf.h"
+#include "probes.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -406,7 +407,9 @@ struct task_ctx {
 	u8 woke;		/* 1: ops.select_cpu counted this wakeup (ops.running clears) */
 	u8 joined;		/* 1: counted in cnode's runnable weight (pub.contrib_weight) */
 	u8 limited;		/* 1: its node or an ancestor has a cpu.max quota (last charge) */
-	u8 __pad[4];
+	u8 tphase;		/* zernel_phase_policy index it follows now; ZERNEL_NO_PHASE: the
+				 * decision's (phase_follow) */
+	u8 __pad[3];
 };
 
 struct {
@@ -415,6 +418,27 @@ struct {
 	__type(key, int);
 	__type(value, struct task_ctx);
 } zernel_task_ctx SEC(".maps");
+
+/*
+ * PHASES OF THREADS. With phases from events (bpf/probes.bpf.c) each thread of a GPU process or
+ * DataLoader worker has a phase of its own, changed by its events as they happen. The loader
+ * then hands this object the probes' task storage (bpf_map__reuse_fd: the same map) and sets
+ * zernel_follow_phases; at each wakeup (ops.select_cpu) and enqueue, a thread of a process with
+ * a decision is scheduled with its own phase's policy (zernel_phase_policy: weight, slice,
+ * latency target, preemption), not with its process's phase as the daemon last decided it: the
+ * tenant, the preferred CPU and the cgroup stay the decision's. A GpuCompute thread woken inside
+ * a sync it slept in gets the last entry: the engine's blocked GPU waiter, whose wait is ending.
+ * Without phases from events the map is this object's own, empty, and nothing changes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct zernel_phase_thread);
+} zernel_phase_threads SEC(".maps");
+
+const volatile u32 zernel_follow_phases;
+const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
 
 /*
  * What each CPU runs, for the preemption victim search. Per-CPU, so that each CPU's entry has a
@@ -867,6 +891,7 @@ static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx
 	u64 tw;
 
 	tctx->gen = gen;
+	tctx->tphase = ZERNEL_NO_PHASE;	/* phase_follow applies the thread's phase again */
 	if (!d) {
 		tctx->weight = 0;
 		tctx->tweight = ZERNEL_TENANT_WEIGHT_DFL;
@@ -914,6 +939,41 @@ static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
 	if (tctx->gen != gen)
 		task_refresh(p, tctx, gen);
 	return tctx;
+}
+
+/*
+ * Schedules a thread of a decided process by its own phase (PHASES OF THREADS above). `waking`:
+ * from a wakeup. Callers account the thread afterwards (task_wakes, task_account), which
+ * carries a changed weight into its node.
+ */
+static __always_inline void phase_follow(struct task_struct *p, struct task_ctx *tctx,
+					 bool waking)
+{
+	const volatile struct zernel_phase_policy *pol;
+	struct zernel_phase_thread *st;
+	u32 idx;
+
+	if (!zernel_follow_phases || !tctx->weight)
+		return;
+	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+	if (!st)
+		return;
+	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
+	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
+		idx = ZERNEL_PHASE_NR;
+	if (idx == tctx->tphase || idx > ZERNEL_PHASE_NR)
+		return;
+	pol = &zernel_phase_policy[idx];
+	tctx->tphase = idx;
+	tctx->phase = idx < ZERNEL_PHASE_NR ? idx : ZERNEL_PHASE_GPU_COMPUTE;
+	tctx->weight = clamp_u64(pol->weight, ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	tctx->slice = pol->slice_ns ? clamp_u64(pol->slice_ns, SLICE_MIN_NS, SLICE_MAX_NS) :
+				      SLICE_DFL_NS;
+	tctx->lat_ns = (u64)pol->latency_target_us * 1000;
+	tctx->flags = (tctx->flags & ~ZERNEL_DF_PREEMPT) | (pol->flags & ZERNEL_DF_PREEMPT);
+	stat_inc(ZERNEL_STAT_PHASE_FOLLOWED);
+	if (idx < ZERNEL_PHASE_NR && time_delta(now_ns(), st->since_ns) <= 1000000)
+		stat_inc(ZERNEL_STAT_PHASE_FOLLOWED_1MS);
 }
 
 /*
@@ -1075,6 +1135,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	s32 cpu;
 
 	if (tctx) {
+		phase_follow(p, tctx, true);
 		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
 		/* Over its cgroup's quota: ops.enqueue parks it. */
 		if (task_throttled(tctx))
@@ -1120,6 +1181,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		stat_inc(ZERNEL_STAT_GLOBAL);
 		return;
 	}
+	phase_follow(p, tctx, enq_flags & SCX_ENQ_WAKEUP);
 	if (tctx->weight) {
 		stat_inc(ZERNEL_STAT_DECIDED);
 		if (has_tenant(tctx))
@@ -1431,6 +1493,7 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->pref_node = ZERNEL_NO_CPU;
 	tctx->tenant = ZERNEL_NO_TENANT;
 	tctx->phase = ZERNEL_NO_PHASE;
+	tctx->tphase = ZERNEL_NO_PHASE;
 	tctx->cgid = 0;
 	if (bpf_core_field_exists(args->cgroup) && args->cgroup)
 		tctx->cgid = cgrp_node_id(args->cgroup);

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The protection benchmark in the VM, under sched_ext (bench/protection.sh is the host's, with the
-# userspace backend). One boot, three arms, each a run of zernel-workload on the emulated GPU:
+# userspace backend). One boot, four arms, each a run of zernel-workload on the emulated GPU:
 #   solo     the job alone
 #   stock    the job in cgroup z_job, CPU hogs (`zernel-workload noise`, 2 x CPUs threads) in
 #            cgroup z_noise, both cpu.weight 100: the default scheduler (EEVDF)
-#   zernel   the same, with `zernel-scheduler --backend sched_ext --emulated-gpu` running
+#   periodic the same, with `zernel-scheduler --backend sched_ext --emulated-gpu` running and
+#            `[phase_detection] mode = "periodic"`: phases from sampled signals, per process
+#   zernel   the same with phases from events (the default): each thread scheduled by its own
+#            phase at every wakeup and enqueue
 # The hogs sit in another cgroup than the job with the same cpu.weight: the case per-thread nice
 # cannot reach (cgroups share first), so what the job keeps there comes from the scheduler's
 # order inside the job's half (phase priorities, preemption, latency targets).
@@ -42,14 +45,15 @@ cat >> "$guest" <<'GUEST'
 CG=/sys/fs/cgroup
 mkdir -p $CG/z_job $CG/z_noise
 export TMPDIR=/tmp
-printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/z.toml
+printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/zernel.toml
+printf '[telemetry]\nmetrics_port = 19093\n[phase_detection]\nmode = "periodic"\n' > /tmp/periodic.toml
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
 # run ARM REP: one run of the job; its summary in /tmp/ARM.REP.json
 run() {
   arm=$1 rep=$2 hogs='' d=''
-  if [ "$arm" = zernel ]; then
-    zernel-scheduler --config /tmp/z.toml --backend sched_ext --emulated-gpu \
-      --control-socket '' > /tmp/daemon.$rep.log 2>&1 &
+  if [ "$arm" = zernel ] || [ "$arm" = periodic ]; then
+    zernel-scheduler --config /tmp/$arm.toml --backend sched_ext --emulated-gpu \
+      --control-socket '' > /tmp/daemon.$arm.$rep.log 2>&1 &
     d=$!
     while [ "$(cat /sys/kernel/sched_ext/state)" != enabled ]; do usleep 100000; done
   fi
@@ -62,15 +66,16 @@ run() {
   sh -c "echo \$\$ > $CG/z_job/cgroup.procs && exec zernel-workload --emulated-gpu \
     --steps $steps --warmup-steps $warmup $job_args" > /tmp/$arm.$rep.json 2> /tmp/$arm.$rep.err
   [ -n "$hogs" ] && { kill $hogs; wait $hogs 2> /dev/null; }
-  [ -n "$d" ] && { kill $d; wait $d; }
+  [ -n "$d" ] && { kill $d; wait $d; echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"; }
   echo "@@ run $arm rep $rep: $(tail -n 1 /tmp/$arm.$rep.json)"
 }
 rep=1
 while [ $rep -le $reps ]; do
-  case $((rep % 3)) in
-    1) order="solo stock zernel" ;;
-    2) order="stock zernel solo" ;;
-    0) order="zernel solo stock" ;;
+  case $((rep % 4)) in
+    1) order="solo stock periodic zernel" ;;
+    2) order="stock periodic zernel solo" ;;
+    3) order="periodic zernel solo stock" ;;
+    0) order="zernel solo stock periodic" ;;
   esac
   for arm in $order; do run $arm $rep; done
   rep=$((rep + 1))
@@ -80,7 +85,7 @@ median() {
   for r in $(seq $reps); do num "$2" /tmp/$1.$r.json; done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 solo=$(median solo steps_per_s)
-for arm in solo stock zernel; do
+for arm in solo stock periodic zernel; do
   s=$(median $arm steps_per_s); p50=$(median $arm step_p50_ms); p99=$(median $arm step_p99_ms)
   rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
   echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99"

@@ -29,6 +29,7 @@ struct Args {
   bool demo = false;
   std::string backend = "auto";
   std::string phase_log;
+  bool phase_log_threads = false;
   bool emulated_gpu = false;
   std::optional<std::string> check_path;
   std::optional<std::string> control_socket;
@@ -98,6 +99,7 @@ int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
   opts.config = loaded.config;
   opts.backend = args.backend;
   opts.phase_log_path = args.phase_log;
+  opts.phase_log_threads = args.phase_log_threads;
   if (args.emulated_gpu) opts.nvml_library = emulated_nvml_path();
   const config::ConfigPath where = config::resolve_config_path(args.config_path);
   opts.config_path = where.path;  // re-read on SIGHUP
@@ -144,8 +146,12 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "sched_ext", "userspace", "observe"}))
       ->capture_default_str();
   app.add_option("--phase-log", args.phase_log,
-                 "Append one JSON line per committed phase change: "
-                 "{\"t_ns\": CLOCK_MONOTONIC ns, \"pid\": N, \"phase\": \"GpuCompute\"}");
+                 "Append one JSON line per committed phase change of a process (its main "
+                 "thread's): {\"t_ns\": CLOCK_MONOTONIC ns, \"pid\": N, \"phase\": "
+                 "\"GpuCompute\"}; with phases from events, t_ns is the time of the event");
+  app.add_flag("--phase-log-threads", args.phase_log_threads,
+               "With --phase-log and phases from events: also one line per change of every "
+               "thread, with its \"tid\"");
   app.add_flag("--emulated-gpu", args.emulated_gpu,
                "Use the project's emulated GPU (fake NVML next to this build, or in "
                "$ZERNEL_FAKE_LIB_DIR) instead of the real libnvidia-ml.so.1");

@@ -30,6 +30,8 @@ namespace zernel::config {
 
 inline constexpr std::string_view kDefaultConfigPath = "/etc/zernel/scheduler.toml";
 inline constexpr std::string_view kConfigPathEnv = "ZERNEL_SCHEDULER_CONFIG";
+// Longest event hysteresis: beyond a second it would hide whole phases.
+inline constexpr std::uint64_t kMaxEventHysteresisNs = 1'000'000'000;
 // Largest phase_stability_count: beyond it a phase would need minutes to commit.
 inline constexpr std::uint32_t kMaxPhaseStabilityCount = 1000;
 

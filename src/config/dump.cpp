@@ -38,6 +38,11 @@ void general(std::string& out, const GeneralConfig& g) {
 
 void phase_detection(std::string& out, const policy::PhaseDetectionOptions& p) {
   out += "\n[phase_detection]\n";
+  out += fmt::format("mode = {}\n",
+                     quote(p.mode == policy::PhaseSource::events ? "events" : "periodic"));
+  out += fmt::format("event_sync_hysteresis_ns = {}\n", p.event_sync_hysteresis_ns);
+  out += fmt::format("event_idle_hysteresis_ns = {}\n", p.event_idle_hysteresis_ns);
+  out += fmt::format("event_optimizer_max_ns = {}\n", p.event_optimizer_max_ns);
   out += fmt::format("io_wait_threshold = {}\n", format_float(p.io_wait_threshold));
   out += fmt::format("optimizer_burst_max_ns = {}\n", p.optimizer_burst_max_ns);
   out += fmt::format("gpu_idle_threshold = {}\n", static_cast<unsigned>(p.gpu_idle_threshold));

@@ -454,6 +454,21 @@ class Parser {
 
   std::vector<KeyReader> phase_keys() {
     return {
+        {"mode", [this](const toml::node& n, const std::string& w) { return phase_mode(n, w); }},
+        {"event_sync_hysteresis_ns",
+         [this](const toml::node& n, const std::string& w) {
+           return values_.integer(n, w, config_.phase_detection.event_sync_hysteresis_ns, 0,
+                                  kMaxEventHysteresisNs);
+         }},
+        {"event_idle_hysteresis_ns",
+         [this](const toml::node& n, const std::string& w) {
+           return values_.integer(n, w, config_.phase_detection.event_idle_hysteresis_ns, 0,
+                                  kMaxEventHysteresisNs);
+         }},
+        {"event_optimizer_max_ns",
+         [this](const toml::node& n, const std::string& w) {
+           return values_.integer(n, w, config_.phase_detection.event_optimizer_max_ns, 1);
+         }},
         {"io_wait_threshold",
          [this](const toml::node& n, const std::string& w) { return fraction(n, w); }},
         {"optimizer_burst_max_ns",
@@ -478,6 +493,21 @@ class Parser {
            return values_.boolean(n, w, config_.phase_detection.nccl_detection_enabled);
          }},
     };
+  }
+
+  bool phase_mode(const toml::node& node, const std::string& where) {
+    std::string value;
+    if (!values_.string(node, where, value)) return false;
+    if (value == "events") {
+      config_.phase_detection.mode = policy::PhaseSource::events;
+    } else if (value == "periodic") {
+      config_.phase_detection.mode = policy::PhaseSource::periodic;
+    } else {
+      diag_.error(where, fmt::format("unknown mode \"{}\"", value), &node,
+                  "valid modes: \"events\" (BPF, as phases change), \"periodic\" (sampled)");
+      return false;
+    }
+    return true;
   }
 
   bool fraction(const toml::node& node, const std::string& where) {

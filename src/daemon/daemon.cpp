@@ -134,8 +134,10 @@ Cadence cadence_of(const config::Config& cfg) {
 Daemon::Daemon(DaemonOptions opts, policy::Topology topo)
     : opts_(std::move(opts)),
       engine_(config::engine_options(opts_.config), std::move(topo)),
-      backend_([settings = backend_settings(opts_.config)](std::string_view kind) {
-        return enforce::make_backend(kind, settings);
+      backend_([this, settings = backend_settings(opts_.config)](std::string_view kind) {
+        enforce::BackendSettings s = settings;
+        s.phase_map_fd = phase_map_fd();  // probes open first (start)
+        return enforce::make_backend(kind, s);
       }),
       discovery_(opts_.proc_root),
       cpu_load_(opts_.proc_root) {}
@@ -162,10 +164,11 @@ Result<void> Daemon::start() {
   // daemon's (the userspace backend then refuses to start; other backends leave it alone); an
   // unprivileged daemon may not read root's /run/zernel and cannot restore anything anyway.
   replay_userspace_journal(opts_.proc_root);
+  // The probes before the backend: the sched_ext scheduler shares their per-thread phases.
+  open_probes();
   if (auto r = backend_.start(opts_.backend); !r) return r.error().context("--backend");
   spdlog::info("enforcement backend: {}", backend_.name());
   open_nvml();
-  open_probes();
   if (!opts_.phase_log_path.empty()) {
     if (auto r = phase_log_.open(opts_.phase_log_path); !r) return r.error();
   }
@@ -201,15 +204,32 @@ void Daemon::open_nvml() {
 
 void Daemon::open_probes() {
 #ifdef ZERNEL_HAVE_PROBES
+  const policy::PhaseDetectionOptions& pd = opts_.config.phase_detection;
   collect::GpuSyncProbes::Options popts;
   popts.proc_root = opts_.proc_root;
+  popts.phase_events = pd.mode == policy::PhaseSource::events;
+  popts.sync_hysteresis_ns = pd.event_sync_hysteresis_ns;
+  popts.idle_hysteresis_ns = pd.event_idle_hysteresis_ns;
+  popts.optimizer_max_ns = pd.event_optimizer_max_ns;
   auto probes = collect::GpuSyncProbes::open(popts);
   if (!probes) {
     spdlog::warn("GPU synchronisation probes are off (no CPU bursts or GPU sync times): {}",
                  probes.error().message());
+    if (popts.phase_events) spdlog::warn("phases from events are off: the periodic detector runs");
     return;
   }
   probes_ = std::move(*probes);
+  if (popts.phase_events) {
+    phase_events_on_ = probes_->has_phase_events();
+    if (phase_events_on_) {
+      spdlog::info("phases from events (sync hysteresis {} us, idle {} us, optimizer bound {} ms)",
+                   pd.event_sync_hysteresis_ns / 1000, pd.event_idle_hysteresis_ns / 1000,
+                   pd.event_optimizer_max_ns / 1'000'000);
+    } else {
+      spdlog::warn("phases from events are off, the periodic detector runs: {}",
+                   probes_->phase_events_error()->message());
+    }
+  }
   if (!probes_->has_futex()) {
     spdlog::warn("futex waits are not counted: {}", probes_->futex_error()->message());
   }
@@ -349,7 +369,11 @@ void Daemon::decide(std::uint64_t now_ns) {
   // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
   const std::uint64_t committed_ns = phase_log_.is_open() ? monotonic_now_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
-    if (d.phase_changed) phase_log_.write(committed_ns, d.pid, d.phase);
+    if (!d.phase_changed) continue;
+    // Processes with phases from events are logged as their events come (drain_phase_events).
+    const auto it = tracked_.find(d.pid);
+    if (it == tracked_.end() || !it->second.event_role)
+      phase_log_.write(committed_ns, d.pid, d.phase);
   }
   if (!backend_.apply(decisions_, now_ns)) count_error("backend");
 }
@@ -377,6 +401,7 @@ void Daemon::drop(std::uint32_t pid) {
   engine_.unregister_task(pid);
   backend_.forget(pid);
   tracked_.erase(pid);
+  event_phase_.erase(pid);
 }
 
 void Daemon::shutdown() {

@@ -51,8 +51,9 @@ namespace zernel::daemon {
 struct DaemonOptions {
   config::Config config;
   std::string backend = "auto";
-  std::string phase_log_path;     // empty: none
-  std::string nvml_library;       // empty: libnvidia-ml.so.1 by soname
+  std::string phase_log_path;      // empty: none
+  bool phase_log_threads = false;  // the phase log also gets every thread's changes ("tid")
+  std::string nvml_library;        // empty: libnvidia-ml.so.1 by soname
   std::string proc_root = "/proc";
   std::string sys_root = "/sys";
   bool serve_http = true;
@@ -168,7 +169,8 @@ class Daemon final : private ControlHost {
     bool has_workers = false;  // a GPU owner with DataLoader workers
     std::uint64_t schedstat_busy_ns = 0;  // workers: run + run-queue wait at schedstat_at_ns
     std::uint64_t schedstat_at_ns = 0;
-    bool probed = false;  // the GPU sync probes are attached to a libcuda it maps
+    bool probed = false;      // the GPU sync probes are attached to a libcuda it maps
+    bool event_role = false;  // its phases come from the BPF event rules (phase_events.cpp)
     // /proc/PID/stat field 22 when registered: with the pid, the process's identity (0: unknown)
     std::uint64_t start = 0;
   };
@@ -176,6 +178,17 @@ class Daemon final : private ControlHost {
   std::unique_ptr<collect::GpuSyncProbes> probes_;
 #endif
   void attach_probes(std::uint32_t pid, Tracked& t);
+  // Phases from events (phase_events.cpp): names a new process's role to the BPF rules; folds
+  // the changes since the last tick into event_phase_ and writes them to the phase log.
+  void set_event_role(std::uint32_t pid, Tracked& t);
+  void drain_phase_events();
+  // The probes' per-thread phase map for the sched_ext scheduler; -1 without phases from events.
+  [[nodiscard]] int phase_map_fd() const;
+  bool phase_events_on_ = false;
+  std::unordered_map<std::uint32_t, policy::Phase> event_phase_;  // main thread's, by pid
+#ifdef ZERNEL_HAVE_PROBES
+  std::vector<collect::PhaseEvent> phase_events_;  // scratch
+#endif
   void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, bool runnable,
                     std::optional<std::uint32_t> nvml_util, policy::TaskUpdate& u,
                     std::uint64_t& main_futex_wait_ns);

@@ -119,6 +119,7 @@ void Daemon::track_discovered(const collect::DiscoveredProcess& p, std::uint64_t
   }
   tracked_[p.pid] = Tracked{p.comm, p.gpu, p.role};
   tracked_[p.pid].start = p.starttime_ticks;
+  set_event_role(p.pid, tracked_[p.pid]);
   if (p.role == collect::ProcessRole::dataloader_worker) {
     policy::TaskUpdate u;
     u.dataloader_worker = true;
@@ -158,6 +159,7 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
   // Utilisation every tick, not every poll: NVML's per-process figure is "since the last call",
   // and a 500 ms lag would miss the detector's commit window (stability + 1 ticks) of a phase.
   if (nvml_) refresh_gpu_utilization();
+  drain_phase_events();
   pids_.clear();
   for (const auto& [pid, t] : tracked_) pids_.push_back(pid);
   std::sort(pids_.begin(), pids_.end());
@@ -188,6 +190,10 @@ bool Daemon::is_another_process(const collect::ProcessSignals& s) {
 policy::TaskUpdate Daemon::task_update(const collect::ProcessSignals& s, std::uint64_t now_ns) {
   policy::TaskUpdate u = s.update();
   const Tracked& t = tracked_[s.pid];
+  if (t.event_role) {
+    const auto it = event_phase_.find(s.pid);
+    u.event_phase = it != event_phase_.end() ? it->second : policy::Phase::unknown;
+  }
   const GpuUtil util = gpu_utilization_of(s.pid, t);
   u.gpu_utilization = static_cast<std::uint8_t>(std::min<std::uint32_t>(util.pct, 100));
   set_cpu_fraction(s, now_ns, u);

@@ -50,6 +50,7 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
     scx::Options scx_opts;
     scx_opts.max_tasks = settings.max_tasks;
     scx_opts.allow_unenforced_cpu_max = settings.allow_unenforced_cpu_max;
+    scx_opts.phase_map_fd = settings.phase_map_fd;
     auto scx = scx::ScxBackend::create(scx_opts);
     if (scx) return std::unique_ptr<Backend>(std::move(scx.value()));
     if (kind == "sched_ext") return scx.error();

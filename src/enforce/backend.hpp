@@ -80,6 +80,7 @@ inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
 struct BackendSettings {
   std::uint32_t max_tasks = 0;            // [general] max_tracked_tasks (sched_ext map size)
   bool allow_unenforced_cpu_max = false;  // [sched_ext]
+  int phase_map_fd = -1;  // the probes' per-thread phases (sched_ext follows them); -1: none
 };
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,

@@ -29,6 +29,13 @@ Phase PhaseDetector::classify(const TaskState& s) const {
 }
 
 Phase PhaseDetector::detect(TaskState& s) {
+  if (s.event_phase) {
+    // Phases from events: the BPF rules already applied their own hysteresis.
+    s.candidate_phase = *s.event_phase;
+    s.candidate_count = 0;
+    if (*s.event_phase != s.current_phase) ++transitions_;
+    return *s.event_phase;
+  }
   const Phase raw = classify(s);
   if (s.candidate_count > 0 && raw == s.candidate_phase) {
     if (s.candidate_count < UINT32_MAX) ++s.candidate_count;

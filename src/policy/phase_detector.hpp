@@ -27,6 +27,10 @@
 // polled (100 ms ticks x 3 = 300 ms). The event-driven signals from BPF probes are the way past it;
 // the debounce itself is kept exactly, since the phase detector's behaviour is specified.
 //
+// Phases from events: a task whose event_phase is set (the daemon sets it for processes the BPF
+// event rules follow, bpf/probes.bpf.c) gets that phase committed at once, with no rule and no
+// debounce here; the rules above remain for the periodic mode and for processes without events.
+//
 // The debounce state lives in TaskState, not in a side table keyed by pid, so re-registering a pid
 // resets it together with the rest of the task (the earlier implementation kept a stale count).
 

@@ -36,6 +36,9 @@ struct TaskState {
   // busy: CUDA's spin and yield modes) or when that was never seen. Engine: a GpuCompute task
   // that blocks keeps kBlockedGpuWaitPriority instead of GpuCompute's yield.
   bool gpu_wait_blocks = false;
+  // The phase the BPF event rules gave the process's main thread (phases from events): when
+  // set, the detector commits it at once instead of classifying the signals above.
+  std::optional<Phase> event_phase;
 
   // Phase-time accounting.
   std::uint64_t phase_start_ns = 0;
@@ -90,6 +93,7 @@ struct TaskUpdate {
   std::optional<float> cpu_fraction;
   std::optional<bool> dataloader_worker;
   std::optional<bool> gpu_wait_blocks;
+  std::optional<Phase> event_phase;
 };
 
 }  // namespace zernel::policy

@@ -29,9 +29,23 @@ Result<void> PhaseLog::open(const std::string& path) {
 void PhaseLog::write(std::uint64_t t_ns, std::uint32_t pid, policy::Phase phase) {
   if (fd_ < 0) return;
   char buf[128];
-  const auto r = fmt::format_to_n(buf, sizeof(buf), "{{\"t_ns\": {}, \"pid\": {}, \"phase\": \"{}\"}}\n",
-                                  t_ns, pid, policy::phase_name(phase));
-  const auto n = static_cast<std::size_t>(r.out - buf);
+  const auto r =
+      fmt::format_to_n(buf, sizeof(buf), "{{\"t_ns\": {}, \"pid\": {}, \"phase\": \"{}\"}}\n", t_ns,
+                       pid, policy::phase_name(phase));
+  emit(buf, static_cast<std::size_t>(r.out - buf));
+}
+
+void PhaseLog::write_thread(std::uint64_t t_ns, std::uint32_t pid, std::uint32_t tid,
+                            policy::Phase phase) {
+  if (fd_ < 0) return;
+  char buf[160];
+  const auto r = fmt::format_to_n(buf, sizeof(buf),
+                                  "{{\"t_ns\": {}, \"pid\": {}, \"tid\": {}, \"phase\": \"{}\"}}\n",
+                                  t_ns, pid, tid, policy::phase_name(phase));
+  emit(buf, static_cast<std::size_t>(r.out - buf));
+}
+
+void PhaseLog::emit(const char* buf, std::size_t n) {
   if (::write(fd_, buf, n) != static_cast<ssize_t>(n)) {
     ++errors_;
   } else {

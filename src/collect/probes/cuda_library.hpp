@@ -20,6 +20,12 @@ inline constexpr const char* kSyncSymbols[] = {"cuCtxSynchronize", "cuStreamSync
                                                "cuEventSynchronize"};
 // Variants the real driver also exports (the per-thread default stream, and the _v2 context
 // sync of newer drivers): attached where present, the fake library has none.
+// Kernel launches (phases from events only, an entry uprobe each, where the file has them): the
+// first launch after a data wait starts GpuCompute, as the CPU side of a forward pass queues its
+// kernels before it waits. zfgEnqueueWork is the emulated driver's launch (docs/emulated-gpu.md).
+inline constexpr const char* kLaunchSymbols[] = {"cuLaunchKernel", "cuLaunchKernel_ptsz",
+                                                 "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
+                                                 "zfgEnqueueWork"};
 inline constexpr const char* kOptionalSyncSymbols[] = {"cuStreamSynchronize_ptsz",
                                                        "cuCtxSynchronize_v2"};
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,12 +64,47 @@ std::uint64_t delta(std::uint64_t now, std::uint64_t before) {
   return now >= before ? now - before : now;  // below: the counter restarted (entry recreated)
 }
 
+static_assert(static_cast<int>(PhaseCause::sync_enter) == ZERNEL_CAUSE_SYNC_ENTER);
+static_assert(static_cast<int>(PhaseCause::sync_return) == ZERNEL_CAUSE_SYNC_RETURN);
+static_assert(static_cast<int>(PhaseCause::long_sync) == ZERNEL_CAUSE_LONG_SYNC);
+static_assert(static_cast<int>(PhaseCause::nccl_wait) == ZERNEL_CAUSE_NCCL_WAIT);
+static_assert(static_cast<int>(PhaseCause::nccl_done) == ZERNEL_CAUSE_NCCL_DONE);
+static_assert(static_cast<int>(PhaseCause::data_wait) == ZERNEL_CAUSE_DATA_WAIT);
+static_assert(static_cast<int>(PhaseCause::worker_run) == ZERNEL_CAUSE_WORKER_RUN);
+static_assert(static_cast<int>(PhaseCause::worker_idle) == ZERNEL_CAUSE_WORKER_IDLE);
+static_assert(static_cast<int>(PhaseCause::optimizer_bound) == ZERNEL_CAUSE_OPTIMIZER_BOUND);
+static_assert(static_cast<int>(PhaseCause::launch) == ZERNEL_CAUSE_LAUNCH);
+static_assert(static_cast<int>(PhaseRole::rank) == ZERNEL_PHASE_ROLE_RANK);
+static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COMPUTE == 1 &&
+                  ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE == 2 &&
+                  ZERNEL_PROBE_PHASE_OPTIMIZER_STEP == 3 && ZERNEL_PROBE_PHASE_UNKNOWN == 4,
+              "PhaseEvent::phase is policy::Phase's value");
+static_assert(static_cast<int>(PhaseRole::worker) == ZERNEL_PHASE_ROLE_WORKER);
+
+// Phase programs: the rules' constants, and off (not loaded, a one-page ring) unless asked for.
+void configure_phase_programs(probes_bpf& skel, const GpuSyncProbes::Options& o) {
+  skel.rodata->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
+  skel.rodata->zernel_idle_hyst_ns = o.idle_hysteresis_ns;
+  skel.rodata->zernel_optimizer_max_ns = o.optimizer_max_ns;
+  if (!o.phase_events) {
+    (void)bpf_program__set_autoload(skel.progs.zernel_phase_switch, false);
+    (void)bpf_program__set_autoload(skel.progs.zernel_futex_exit, false);
+    (void)bpf_program__set_autoload(skel.progs.zernel_launch, false);
+    (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events,
+                                   static_cast<__u32>(sysconf(_SC_PAGESIZE)));
+  }
+}
+
 }  // namespace
 
 struct GpuSyncProbes::Impl {
   probes_bpf* skel = nullptr;
   bpf_link* exit_link = nullptr;
   bpf_link* futex_link = nullptr;
+  bpf_link* switch_link = nullptr;      // phases: sched_switch
+  bpf_link* futex_exit_link = nullptr;  // phases: sys_exit_futex
+  ring_buffer* phase_ring = nullptr;
+  std::vector<PhaseEvent>* drain_out = nullptr;  // drain_phase_events' target, during the drain
   std::vector<std::vector<bpf_link*>> library_links;  // parallel to libraries_
   // (dev, inode) of the maps lines attach_process_libraries has handled: a process's libcuda
   // is looked at once, not per process (maps shows the underlying file, stat() an overlay's).
@@ -79,6 +115,9 @@ struct GpuSyncProbes::Impl {
     for (auto& links : library_links) {
       for (bpf_link* l : links) bpf_link__destroy(l);
     }
+    ring_buffer__free(phase_ring);
+    bpf_link__destroy(futex_exit_link);
+    bpf_link__destroy(switch_link);
     bpf_link__destroy(futex_link);
     bpf_link__destroy(exit_link);
     probes_bpf__destroy(skel);
@@ -107,6 +146,7 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
 
   impl->skel = probes_bpf__open();
   if (impl->skel == nullptr) return libbpf_error(what + ": opening probes.bpf.o", errno);
+  configure_phase_programs(*impl->skel, options);
   if (const int err = probes_bpf__load(impl->skel); err != 0) {
     if (-err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
     return libbpf_error(what + " (the kernel rejected probes.bpf.o; libbpf's log has the reason)",
@@ -135,7 +175,74 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
           libbpf_error("counting futex waits: attaching syscalls:sys_enter_futex", err);
     }
   }
+  if (options.phase_events) {
+    self->open_phase_events();
+  } else {
+    self->phase_error_ = Error(ENOTSUP, "phases from events are off ([phase_detection] mode)");
+  }
   return self;
+}
+
+void GpuSyncProbes::open_phase_events() {
+  auto& impl = *impl_;
+  impl.switch_link = bpf_program__attach(impl.skel->progs.zernel_phase_switch);
+  if (impl.switch_link == nullptr) {
+    phase_error_ = libbpf_error("phases from events: attaching tp_btf/sched_switch", errno);
+    return;
+  }
+  // Without the futex-return tracepoint (no tracefs) NCCL waits would never end: the NCCL rule
+  // then stays off, as futex counting does (the entry side is attached with it).
+  if (futex_link_ok()) {
+    impl.futex_exit_link = bpf_program__attach_tracepoint(impl.skel->progs.zernel_futex_exit,
+                                                          "syscalls", "sys_exit_futex");
+    if (impl.futex_exit_link == nullptr) {
+      phase_error_ = libbpf_error("phases from events: attaching syscalls:sys_exit_futex", errno);
+      return;
+    }
+  }
+  impl.phase_ring = ring_buffer__new(
+      bpf_map__fd(impl.skel->maps.zernel_phase_events),
+      [](void* ctx, void* data, std::size_t size) -> int {
+        auto* self = static_cast<Impl*>(ctx);
+        if (size < sizeof(zernel_phase_event) || self->drain_out == nullptr) return 0;
+        zernel_phase_event ev{};
+        std::memcpy(&ev, data, sizeof ev);
+        self->drain_out->push_back(PhaseEvent{ev.t_ns, ev.tid, ev.tgid, ev.phase, ev.cause});
+        return 0;
+      },
+      impl_.get(), nullptr);
+  if (impl.phase_ring == nullptr) {
+    phase_error_ = libbpf_error("phases from events: opening the ring buffer", errno);
+  }
+}
+
+int GpuSyncProbes::phase_map_fd() const {
+  return phase_error_ ? -1 : bpf_map__fd(impl_->skel->maps.zernel_phase_threads);
+}
+
+bool GpuSyncProbes::futex_link_ok() const { return impl_->futex_link != nullptr; }
+
+Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
+  if (phase_error_) return *phase_error_;
+  const zernel_phase_proc entry{static_cast<__u32>(role), 0};
+  const int err = bpf_map__update_elem(impl_->skel->maps.zernel_phase_procs, &pid, sizeof pid,
+                                       &entry, sizeof entry, BPF_ANY);
+  if (err != 0) {
+    if (-err == E2BIG) {
+      return Error(E2BIG, "phases from events: 65,536 processes have a role already");
+    }
+    return libbpf_error("phases from events: naming pid " + std::to_string(pid), err);
+  }
+  return Ok{};
+}
+
+std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
+  if (impl_->phase_ring == nullptr) return 0;
+  const std::size_t before = out.size();
+  impl_->drain_out = &out;
+  (void)ring_buffer__consume(impl_->phase_ring);
+  impl_->drain_out = nullptr;
+  return out.size() - before;
 }
 
 Result<bool> GpuSyncProbes::attach_library(const std::string& path) {
@@ -183,6 +290,26 @@ Result<bool> GpuSyncProbes::attach_library(const std::string& path) {
                             err);
       }
       links.push_back(link);
+    }
+  }
+  if (!phase_error_) {
+    // Launches: entry probes for the phase rules (a launch the file lacks is skipped).
+    auto launches = probes::elf_defined_functions(
+        path, std::vector<std::string>(std::begin(probes::kLaunchSymbols),
+                                       std::end(probes::kLaunchSymbols)));
+    for (const auto& sym : launches ? *launches : std::vector<std::string>{}) {
+      bpf_uprobe_opts opts{};
+      opts.sz = sizeof opts;
+      opts.func_name = sym.c_str();
+      bpf_link* link = bpf_program__attach_uprobe_opts(impl_->skel->progs.zernel_launch, -1,
+                                                       path.c_str(), 0, &opts);
+      if (link == nullptr) {
+        const int err = errno;
+        undo();
+        return libbpf_error("attaching a uprobe to " + sym + " in " + path, err);
+      }
+      links.push_back(link);
+      found->push_back(sym);
     }
   }
   libraries_.push_back(AttachedLibrary{path, dev, ino, std::move(*found)});
@@ -299,6 +426,7 @@ void GpuSyncProbes::forget(std::uint32_t pid) {
   auto* skel = impl_->skel;
   (void)bpf_map__delete_elem(skel->maps.zernel_probe_procs, &pid, sizeof pid, 0);
   (void)bpf_map__delete_elem(skel->maps.zernel_probe_futex, &pid, sizeof pid, 0);
+  (void)bpf_map__delete_elem(skel->maps.zernel_phase_procs, &pid, sizeof pid, 0);
   previous_.erase(pid);
 }
 
@@ -323,6 +451,9 @@ ProbeStats GpuSyncProbes::stats() const {
   st.exit_in_sync = sum[ZERNEL_PROBE_STAT_EXIT_IN_SYNC];
   st.futex_waits = sum[ZERNEL_PROBE_STAT_FUTEX_WAIT];
   st.futex_untracked = sum[ZERNEL_PROBE_STAT_FUTEX_UNTRACKED];
+  st.phase_events = sum[ZERNEL_PROBE_STAT_PHASE_EVENT];
+  st.phase_events_lost = sum[ZERNEL_PROBE_STAT_PHASE_EVENT_LOST];
+  st.phase_no_storage = sum[ZERNEL_PROBE_STAT_PHASE_NO_STORAGE];
   return st;
 }
 

@@ -68,16 +68,46 @@ struct ProbeSample {
 
 // The BPF side's counters (enum zernel_probe_stat), summed over the CPUs.
 struct ProbeStats {
-  std::uint64_t sync_enter = 0;       // uprobe hits
-  std::uint64_t sync_return = 0;      // uretprobe hits
-  std::uint64_t sync_nested = 0;      // entries while the thread was already in a sync
-  std::uint64_t return_miss = 0;      // returns without a recorded entry
-  std::uint64_t depth_overflow = 0;   // entries nested deeper than 64, ignored
-  std::uint64_t thread_map_full = 0;  // sync entries lost to a full thread map
-  std::uint64_t proc_map_full = 0;    // updates lost for want of a process entry
-  std::uint64_t exit_in_sync = 0;     // threads that exited inside a sync
-  std::uint64_t futex_waits = 0;      // futex waits counted (tracked processes)
-  std::uint64_t futex_untracked = 0;  // futex waits of untracked processes (looked up only)
+  std::uint64_t sync_enter = 0;         // uprobe hits
+  std::uint64_t sync_return = 0;        // uretprobe hits
+  std::uint64_t sync_nested = 0;        // entries while the thread was already in a sync
+  std::uint64_t return_miss = 0;        // returns without a recorded entry
+  std::uint64_t depth_overflow = 0;     // entries nested deeper than 64, ignored
+  std::uint64_t thread_map_full = 0;    // sync entries lost to a full thread map
+  std::uint64_t proc_map_full = 0;      // updates lost for want of a process entry
+  std::uint64_t exit_in_sync = 0;       // threads that exited inside a sync
+  std::uint64_t futex_waits = 0;        // futex waits counted (tracked processes)
+  std::uint64_t futex_untracked = 0;    // futex waits of untracked processes (looked up only)
+  std::uint64_t phase_events = 0;       // phase changes sent by the BPF side
+  std::uint64_t phase_events_lost = 0;  // phase changes lost: the ring buffer was full
+  std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
+};
+
+// Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").
+enum class PhaseRole : std::uint8_t { rank = 1, worker = 2 };
+
+// What made a phase change (probes.h's enum zernel_phase_cause, asserted equal).
+enum class PhaseCause : std::uint8_t {
+  sync_enter = 1,       // a GPU sync began: GpuCompute
+  sync_return = 2,      // it returned: OptimizerStep
+  long_sync = 3,        // a sync begun in OptimizerStep outlasted the hysteresis: GpuCompute
+  nccl_wait = 4,        // a futex wait on an NCCL segment: NcclCollective
+  nccl_done = 5,        // it returned: OptimizerStep
+  data_wait = 6,        // blocked reading or polling: DataLoading
+  worker_run = 7,       // a worker runs: DataLoading
+  worker_idle = 8,      // a worker slept past the hysteresis: Unknown
+  optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
+  launch = 10,          // a kernel launch after a data wait (or in Unknown): GpuCompute
+};
+
+// One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value
+// (0 DataLoading .. 4 Unknown), `cause` a PhaseCause.
+struct PhaseEvent {
+  std::uint64_t t_ns = 0;  // CLOCK_MONOTONIC ns of the event that made the change
+  std::uint32_t tid = 0;
+  std::uint32_t tgid = 0;
+  std::uint8_t phase = 4;
+  std::uint8_t cause = 0;
 };
 
 // A library file the probes are attached to.
@@ -92,6 +122,12 @@ class GpuSyncProbes {
  public:
   struct Options {
     std::string proc_root = "/proc";  // for maps, schedstat and /proc/PID/root
+    // Phases from events: the context-switch and futex-return programs are loaded and attached,
+    // and the ring buffer is sized for them, only when this is set.
+    bool phase_events = false;
+    std::uint64_t sync_hysteresis_ns = 2'000'000;  // a sync begun in OptimizerStep
+    std::uint64_t idle_hysteresis_ns = 2'000'000;  // a worker's sleep before it is idle
+    std::uint64_t optimizer_max_ns = 200'000'000;  // CPU in OptimizerStep before Unknown
   };
 
   // Loads the BPF object (needs root: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; and kernel BTF)
@@ -132,6 +168,18 @@ class GpuSyncProbes {
   // process's entries when its last thread exits, so a reused pid starts clean.)
   void forget(std::uint32_t pid);
 
+  // Phases from events. set_phase_role() names a process whose threads get phases (again: its
+  // role changes for threads not seen yet); forget() drops it. drain_phase_events() appends
+  // every change the ring buffer holds, oldest first, and returns how many. Errors: phase
+  // events off or unavailable (has_phase_events() false), the role map full (65,536).
+  [[nodiscard]] Result<void> set_phase_role(std::uint32_t pid, PhaseRole role);
+  std::size_t drain_phase_events(std::vector<PhaseEvent>& out);
+  [[nodiscard]] bool has_phase_events() const { return !phase_error_.has_value(); }
+  // The per-thread phase map (task storage), for the sched_ext scheduler to share; -1 when
+  // phases from events are off.
+  [[nodiscard]] int phase_map_fd() const;
+  [[nodiscard]] const std::optional<Error>& phase_events_error() const { return phase_error_; }
+
   [[nodiscard]] bool has_futex() const { return !futex_error_.has_value(); }
   [[nodiscard]] const std::optional<Error>& futex_error() const { return futex_error_; }
   [[nodiscard]] const std::vector<AttachedLibrary>& libraries() const { return libraries_; }
@@ -141,6 +189,8 @@ class GpuSyncProbes {
 
  private:
   GpuSyncProbes(std::unique_ptr<Impl> impl, Options options);
+  void open_phase_events();  // sets phase_error_ when it cannot
+  [[nodiscard]] bool futex_link_ok() const;
 
   struct Previous {
     std::uint64_t sync_count = 0;
@@ -152,6 +202,7 @@ class GpuSyncProbes {
   std::unique_ptr<Impl> impl_;
   Options options_;
   std::optional<Error> futex_error_;
+  std::optional<Error> phase_error_;
   std::vector<AttachedLibrary> libraries_;
   std::unordered_map<std::uint32_t, Previous> previous_;
   std::string buf_;  // schedstat reads

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -17,6 +18,8 @@
 #include <system_error>
 
 #include "enforce/scx/skel_shim.h"
+#include "policy/phase.hpp"
+#include "policy/weight.hpp"
 #include "sys/bpf/libbpf_log.hpp"
 #include "sys/file.hpp"
 #include "sys/procfs.hpp"
@@ -133,6 +136,26 @@ Result<void> check_cgroup_support(const Options& options, unsigned caps) {
 // A distribution's kernel config is about 300 KB.
 constexpr std::size_t kMaxKernelConfigBytes = std::size_t{16} << 20;
 
+// The engine's table as the BPF side applies it to threads that follow their own phase
+// (zernel.bpf.c, "PHASES OF THREADS"): one entry per phase, and last the GpuCompute thread woken
+// in a sync it slept in, which the engine gives kBlockedGpuWaitPriority (policy/phase.hpp).
+std::array<zernel_phase_policy, ZERNEL_PHASE_NR + 1> phase_policies() {
+  std::array<zernel_phase_policy, ZERNEL_PHASE_NR + 1> out{};
+  auto fill = [](zernel_phase_policy& e, const policy::PhasePolicy& p, std::int32_t priority) {
+    e.slice_ns = p.slice_ns;
+    e.weight = policy::weight_for_priority(priority);
+    e.latency_target_us = p.latency_target_us;
+    e.flags = p.preempt ? ZERNEL_DF_PREEMPT : 0;
+  };
+  for (policy::Phase ph : policy::kAllPhases) {
+    const policy::PhasePolicy p = policy::policy_for_phase(ph);
+    fill(out[policy::index_of(ph)], p, p.priority);
+  }
+  fill(out[ZERNEL_PHASE_NR], policy::policy_for_phase(policy::Phase::gpu_compute),
+       policy::kBlockedGpuWaitPriority);
+  return out;
+}
+
 }  // namespace
 
 std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
@@ -209,6 +232,9 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   opts.switch_partial = options.partial ? 1U : 0U;
   opts.max_tasks = options.max_tasks;
   opts.log = shim_log;
+  const auto policies = phase_policies();
+  opts.phase_map_fd = options.phase_map_fd;
+  opts.phase_policy = options.phase_map_fd >= 0 ? policies.data() : nullptr;
 
   char err[512] = "";
   ::zernel_scx* handle = nullptr;
@@ -445,6 +471,16 @@ void ScxBackend::restore_policy(std::uint32_t pid) {
 
 Result<void> ScxBackend::shutdown() {
   if (!attached_) return Ok{};
+  if (auto st = stats()) {
+    const Stats& c = *st;
+    spdlog::info(
+        "sched_ext: at exit: {} decided and {} undecided enqueues, {} preemption kicks, {} "
+        "starvation rescues; threads scheduled by their own phase {} times ({} within 1 ms of "
+        "its event)",
+        c[ZERNEL_STAT_DECIDED], c[ZERNEL_STAT_UNDECIDED], c[ZERNEL_STAT_KICK_PREEMPT],
+        c[ZERNEL_STAT_STARVE_RESCUE], c[ZERNEL_STAT_PHASE_FOLLOWED],
+        c[ZERNEL_STAT_PHASE_FOLLOWED_1MS]);
+  }
   attached_ = false;
   zernel_scx_detach(handle_);
   while (!moved_.empty()) restore_policy(moved_.begin()->first);

@@ -55,6 +55,9 @@ struct Options {
   // Tests only: the BPF side calls scx_bpf_error() this long after loading (0 = never), so that
   // the ejection path can be tested.
   std::uint64_t inject_error_after_ns = 0;
+  // Phases of threads: the GPU sync probes' per-thread phase map (phases from events), whose
+  // phases the scheduler then applies at each wakeup and enqueue; -1: decisions only.
+  int phase_map_fd = -1;
   std::filesystem::path sys_root = "/sys";
   std::filesystem::path proc_root = "/proc";
   // Where the kernel's config-<release> is looked for (its CONFIG_HZ: the tick, see bpf/).

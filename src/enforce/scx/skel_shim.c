@@ -17,9 +17,10 @@
 #include <bpf/libbpf.h>
 #include <scx/common.h>
 
+/* intf.h first: the skeleton names its types (struct zernel_phase_policy in rodata). */
+#include "intf.h"
 #include "zernel.skel.h"
 
-#include "intf.h"
 #include "skel_shim.h"
 
 /* The loader's side of the contract's ABI checks (zernel.bpf.c checks the same against
@@ -223,6 +224,19 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 	if (opts->tick_ns)
 		s->skel->rodata->tick_ns = opts->tick_ns;
 	s->skel->rodata->inject_error_after_ns = opts->inject_error_after_ns;
+	/* Phases of threads: the probes' own map, so both objects see one phase per thread. */
+	if (opts->phase_map_fd >= 0 && opts->phase_policy) {
+		int ret = bpf_map__reuse_fd(s->skel->maps.zernel_phase_threads, opts->phase_map_fd);
+
+		if (ret) {
+			zernel_scx_destroy(s);
+			return fail(err, errlen, ret, "sharing the probes' phase map: %s",
+				    strerror(-ret));
+		}
+		for (unsigned int i = 0; i <= ZERNEL_PHASE_NR; i++)
+			s->skel->rodata->zernel_phase_policy[i] = opts->phase_policy[i];
+		s->skel->rodata->zernel_follow_phases = 1;
+	}
 
 	*out = s;
 	return 0;

@@ -32,6 +32,10 @@ struct zernel_scx_open_opts {
 	__u32 max_tasks;	/* entries of zernel_decisions (max_tracked_tasks); 0 = ZERNEL_MAX_TASKS */
 	__u64 tick_ns;		/* ns between scheduler ticks (1 s / CONFIG_HZ); 0 = assume HZ=100 */
 	__u64 inject_error_after_ns; /* tests only: scx_bpf_error() this long after init; 0 = never */
+	/* Phases of threads (zernel.bpf.c): the probes' zernel_phase_threads map and the policy of
+	 * each phase (ZERNEL_PHASE_NR + 1 entries); -1 / NULL: threads follow their decision. */
+	int phase_map_fd;
+	const struct zernel_phase_policy *phase_policy;
 	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
 	void (*log)(int level, const char *msg);
 };

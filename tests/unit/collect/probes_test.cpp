@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -28,6 +29,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
@@ -639,6 +642,233 @@ TEST_F(Probes, DISABLED_measure_costs) {
               static_cast<double>(close_ns) / 1e6);
   ctx_destroy(ctx);
   dlclose(lib);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases from events (probes.bpf.c, "PHASES FROM EVENTS"): the rules on real threads.
+
+class PhaseEvents : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+    GpuSyncProbes::Options o;
+    o.phase_events = true;
+    o.sync_hysteresis_ns = 10 * kMs;  // the default; a 0.5 ms sync can take ms when busy
+    o.idle_hysteresis_ns = 10 * kMs;  // a 0.3 ms nap can take milliseconds on a busy machine
+    o.optimizer_max_ns = 50 * kMs;
+    auto r = GpuSyncProbes::open(o);
+    if (!r) GTEST_SKIP() << r.error().message();
+    probes_ = std::move(r.value());
+    if (!probes_->has_phase_events()) GTEST_SKIP() << probes_->phase_events_error()->message();
+    auto a = probes_->attach_library(fake_libcuda());
+    ASSERT_TRUE(a.ok()) << a.error().message();
+  }
+
+  // The changes of pid's main thread drained so far.
+  std::vector<PhaseEvent> main_thread_events(std::uint32_t pid) {
+    probes_->drain_phase_events(all_);
+    std::vector<PhaseEvent> out;
+    for (const PhaseEvent& e : all_) {
+      if (e.tgid == pid && e.tid == pid) out.push_back(e);
+    }
+    return out;
+  }
+
+  static std::string describe(const std::vector<PhaseEvent>& events) {
+    std::string s;
+    for (const PhaseEvent& e : events) {
+      s += std::to_string(e.phase) + "/" + std::to_string(e.cause) + " ";
+    }
+    return s;
+  }
+
+  std::unique_ptr<GpuSyncProbes> probes_;
+  std::vector<PhaseEvent> all_;
+};
+
+constexpr std::uint8_t kData = 0;
+constexpr std::uint8_t kGpu = 1;
+constexpr std::uint8_t kNccl = 2;
+constexpr std::uint8_t kOpt = 3;
+constexpr std::uint8_t kUnknown = 4;
+constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c); }
+
+// A rank's step: GPU work (its launch starts GpuCompute), a collective on an nccl-* segment, an
+// optimizer with a short and a long sync, too long a CPU burst, then a wait for the next command
+// (a pipe read: a data wait).
+int rank_step_child(int cmd, int rep) {
+  void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return Child::reply(rep, 'F'), 1;
+  using Handle = void*;
+  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
+  auto ctx_create = reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
+  auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
+  auto stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
+  auto enqueue =
+      reinterpret_cast<int (*)(Handle, unsigned long long)>(dlsym(lib, "zfgEnqueueWork"));
+  int dev = 0;
+  Handle ctx = nullptr;
+  Handle stream = nullptr;
+  if (!init || !device_get || !ctx_create || !stream_create || !stream_sync || !enqueue ||
+      init(0) != 0 || device_get(&dev, 0) != 0 || ctx_create(&ctx, 0, dev) != 0 ||
+      stream_create(&stream, 0) != 0) {
+    return Child::reply(rep, 'F'), 1;
+  }
+  const std::string shm = "/nccl-zernel-test-" + std::to_string(getpid());
+  const int fd = shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) return Child::reply(rep, 'F'), 1;
+  void* seg = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  shm_unlink(shm.c_str());
+  if (seg == MAP_FAILED) return Child::reply(rep, 'F'), 1;
+  auto* word = static_cast<std::uint32_t*>(seg);
+  auto gpu = [&](std::uint64_t ns) { return enqueue(stream, ns) == 0 && stream_sync(stream) == 0; };
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  if (!gpu(30 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
+  burn_cpu(3 * kMs);
+  for (int i = 0; i < 2; ++i) {  // two timed waits of a collective: NcclCollective, back
+    const timespec ten_ms{0, 10'000'000};
+    futex(word, FUTEX_WAIT, 0, &ten_ms);
+  }
+  burn_cpu(3 * kMs);
+  if (!gpu(kMs / 2)) return Child::reply(rep, 'F'), 1;  // short: stays OptimizerStep
+  burn_cpu(3 * kMs);
+  if (!gpu(40 * kMs)) return Child::reply(rep, 'F'), 1;  // long: GpuCompute from its entry
+  burn_cpu(60 * kMs);                                    // beyond the 50 ms bound
+  Child::reply(rep, 'D');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimizer) {
+  Child child(rank_step_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(20'000), 'D');
+  std::vector<PhaseEvent> ev;
+  for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
+    ev = main_thread_events(child.upid());
+    if (!ev.empty() && ev.back().phase == kData) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  // From the first GPU sync on (before it, the child may or may not have been seen asleep).
+  auto first =
+      std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
+  ASSERT_NE(first, ev.end()) << describe(ev);
+  const std::vector<PhaseEvent> seq(first, ev.end());
+  const std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
+      {kGpu, cause(PhaseCause::launch)},
+      {kOpt, cause(PhaseCause::sync_return)},
+      {kNccl, cause(PhaseCause::nccl_wait)},
+      {kOpt, cause(PhaseCause::nccl_done)},
+      {kNccl, cause(PhaseCause::nccl_wait)},
+      {kOpt, cause(PhaseCause::nccl_done)},
+      {kGpu, cause(PhaseCause::long_sync)},
+      {kOpt, cause(PhaseCause::sync_return)},
+      {kUnknown, cause(PhaseCause::optimizer_bound)},
+      {kData, cause(PhaseCause::data_wait)}};
+  ASSERT_EQ(seq.size(), want.size()) << describe(seq);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
+    EXPECT_EQ(seq[i].cause, want[i].second) << i << ": " << describe(seq);
+  }
+  // Times are the events' own: the first sync lasted its 30 ms of GPU work, the long one its 40,
+  // dated from its entry although it was committed at its return.
+  EXPECT_GE(seq[1].t_ns - seq[0].t_ns, 29 * kMs);
+  EXPECT_GE(seq[7].t_ns - seq[6].t_ns, 39 * kMs);
+  for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
+}
+
+// A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
+// outlasts the hysteresis; a short sleep changes nothing.
+TEST_F(PhaseEvents, marks_a_worker_idle_only_after_a_sleep_longer_than_the_hysteresis) {
+  Child child([](int cmd, int rep) {
+    Child::reply(rep, 'L');
+    for (char c = Child::next(cmd); c == 'G'; c = Child::next(cmd)) {
+      burn_cpu(5 * kMs);
+      const timespec short_nap{0, 300'000};  // 0.3 ms: well within the 10 ms hysteresis
+      nanosleep(&short_nap, nullptr);
+      burn_cpu(5 * kMs);
+      Child::reply(rep, 'd');
+    }
+    return 0;
+  });
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::worker).ok());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+    std::this_thread::sleep_for(30ms);  // the worker idles in read()
+  }
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  const std::vector<PhaseEvent> ev = main_thread_events(child.upid());
+  // Each 30 ms idle period: Unknown from its start, DataLoading from the wake-up (the first
+  // period may precede the role); nothing for the 0.3 ms naps.
+  std::size_t idle = 0;
+  for (std::size_t i = 0; i < ev.size(); ++i) {
+    if (ev[i].phase != kUnknown) continue;
+    EXPECT_EQ(ev[i].cause, cause(PhaseCause::worker_idle)) << describe(ev);
+    ASSERT_LT(i + 1, ev.size()) << describe(ev);
+    EXPECT_EQ(ev[i + 1].phase, kData) << describe(ev);
+    EXPECT_GE(ev[i + 1].t_ns - ev[i].t_ns, 25 * kMs) << describe(ev);
+    ++idle;
+  }
+  EXPECT_GE(idle, 3U) << describe(ev);
+  EXPECT_LE(ev.size(), 2 * idle + 1) << describe(ev);
+}
+
+TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
+  Child child([](int cmd, int rep) {
+    Child::reply(rep, 'L');
+    while (Child::next(cmd) == 'G') {
+      burn_cpu(2 * kMs);
+      Child::reply(rep, 'd');
+    }
+    return 0;
+  });
+  ASSERT_EQ(child.expect(), 'L');
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  EXPECT_TRUE(main_thread_events(child.upid()).empty());
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(main_thread_events(child.upid()).empty());  // its read(): a data wait
+  probes_->forget(child.upid());
+  all_.clear();
+  // A thread already given state keeps it, but no new thread of the process is followed: the
+  // child's next waits still show (its main thread has state), a new process with its pid
+  // would not. What forget() guarantees is that the role is gone:
+  EXPECT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+}
+
+TEST_F(PhaseEvents, counts_its_events) {
+  Child child(rank_step_child);
+  ASSERT_EQ(child.expect(), 'L');
+  const ProbeStats before = probes_->stats();
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(20'000), 'D');
+  std::this_thread::sleep_for(20ms);
+  const ProbeStats after = probes_->stats();
+  EXPECT_GE(after.phase_events - before.phase_events, 10U);
+  EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
+}
+
+TEST(PhaseEventsOff, are_off_unless_asked_for_and_say_so) {
+  auto r = GpuSyncProbes::open();
+  if (!r) GTEST_SKIP() << r.error().message();
+  EXPECT_FALSE(r.value()->has_phase_events());
+  EXPECT_FALSE(r.value()->set_phase_role(1, PhaseRole::rank).ok());
+  std::vector<PhaseEvent> out;
+  EXPECT_EQ(r.value()->drain_phase_events(out), 0U);
 }
 
 }  // namespace

@@ -1,0 +1,62 @@
+// Phases from events (docs/probes.md, "Phases from events"): the daemon's side of the BPF event
+// rules. Discovery names each GPU owner (rank rules) and DataLoader worker (worker rules) to the
+// probes; every tick the changes the BPF side made since the last one are drained from its ring
+// buffer, in order. A process's phase is its main thread's (tid == pid): it goes to the engine as
+// TaskUpdate::event_phase (committed at once) and to the phase log with the time of the event
+// that made it; with --phase-log-threads every thread's change is logged too, with its "tid".
+// Enforcement by the userspace backend follows per tick; the sched_ext scheduler reads the
+// threads' phases itself.
+#include <spdlog/spdlog.h>
+
+#include "daemon/daemon.hpp"
+
+namespace zernel::daemon {
+
+void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
+#ifdef ZERNEL_HAVE_PROBES
+  if (!phase_events_on_ || !probes_) return;
+  collect::PhaseRole role{};
+  if (t.role == collect::ProcessRole::gpu_owner) {
+    role = collect::PhaseRole::rank;
+  } else if (t.role == collect::ProcessRole::dataloader_worker) {
+    role = collect::PhaseRole::worker;
+  } else {
+    return;  // matched by name or rule only: the periodic rules
+  }
+  if (auto r = probes_->set_phase_role(pid, role); !r) {
+    count_error("probes");
+    spdlog::debug("phases from events: pid {}: {}", pid, r.error().message());
+    return;
+  }
+  t.event_role = true;
+#endif
+}
+
+int Daemon::phase_map_fd() const {
+#ifdef ZERNEL_HAVE_PROBES
+  if (phase_events_on_ && probes_) return probes_->phase_map_fd();
+#endif
+  return -1;
+}
+
+void Daemon::drain_phase_events() {
+#ifdef ZERNEL_HAVE_PROBES
+  if (!phase_events_on_ || !probes_) return;
+  phase_events_.clear();
+  probes_->drain_phase_events(phase_events_);
+  for (const collect::PhaseEvent& e : phase_events_) {
+    if (e.phase >= policy::kPhaseCount) continue;
+    const auto phase = static_cast<policy::Phase>(e.phase);
+    const auto it = tracked_.find(e.tgid);
+    if (it == tracked_.end() || !it->second.event_role) continue;  // dropped meanwhile
+    if (opts_.phase_log_threads) phase_log_.write_thread(e.t_ns, e.tgid, e.tid, phase);
+    if (e.tid != e.tgid) continue;
+    auto [pit, added] = event_phase_.try_emplace(e.tgid, policy::Phase::unknown);
+    if (!added && pit->second == phase) continue;
+    pit->second = phase;
+    phase_log_.write(e.t_ns, e.tgid, phase);
+  }
+#endif
+}
+
+}  // namespace zernel::daemon
