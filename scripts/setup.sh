@@ -30,7 +30,17 @@ packages=(
   libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libglib2.0-0 libgnutls30 libibverbs1
   libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16 librdmacm1 libsasl2-2
   libseccomp2 libslirp0 liburing2 libvdeplug2
+  # The man page, generated from --help at build time (cmake/ManPage.cmake); man-db renders it
+  # in tests/integration/install_test.sh.
+  help2man man-db
+  # The OCI image recipe (deploy/image/build.sh, tests/integration/image_test.sh); the rendered
+  # Kubernetes manifests are parsed by tests/integration/kustomize_test.sh with python3-yaml.
+  buildah python3-yaml
 )
+# kubectl (with kustomize built in) renders deploy/kubernetes (tests/integration/kustomize_test.sh):
+# Debian's kubernetes-client, unless a kubectl is installed already (another package's kubectl
+# would conflict with it).
+if ! command -v kubectl > /dev/null; then packages+=(kubernetes-client); fi
 
 missing=()
 for p in "${packages[@]}"; do

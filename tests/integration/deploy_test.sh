@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/: the example config passes check-config and is the defaults; its commented tenants are
-# valid once uncommented; the Kubernetes ConfigMap's config passes check-config; the manifest
-# parses; the systemd unit passes `systemd-analyze verify` (where systemd-analyze exists).
+# valid once uncommented; the systemd unit passes `systemd-analyze verify` (where systemd-analyze
+# exists). The Kubernetes manifests: kustomize_test.sh; the installed unit: install_test.sh.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
@@ -21,30 +21,6 @@ sed -E 's/^# (\[\[tenants\]\]|id =|gpus =|class =|\[tenants\.match\]|cgroup =|co
   "$D/scheduler.toml" | sed '/^\[multi_tenant\]/,/^$/ s/^enabled = false/enabled = true/' > "$tmp/tenants.toml"
 check "the commented tenants are valid uncommented" \
   "\"$Z\" check-config $tmp/tenants.toml 2>&1 | grep -q 'OK (2 tenants'"
-
-if python3 -c 'import yaml' 2>/dev/null; then
-  python3 - "$D/kubernetes/daemonset.yaml" "$tmp/cm.toml" <<'PY' && pass || fail "daemonset.yaml: Namespace, ConfigMap, DaemonSet as required"
-import sys, yaml
-docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-kinds = [d["kind"] for d in docs]
-assert kinds == ["Namespace", "ConfigMap", "DaemonSet"], kinds
-open(sys.argv[2], "w").write(docs[1]["data"]["scheduler.toml"])
-ds = docs[2]["spec"]["template"]
-spec = ds["spec"]
-assert spec["hostPID"] is True
-assert spec["nodeSelector"] and spec["tolerations"]
-c = spec["containers"][0]
-assert c["securityContext"]["privileged"] is True
-assert c["livenessProbe"]["httpGet"]["path"] == "/metrics"
-assert ds["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-mounts = {m["mountPath"] for m in c["volumeMounts"]}
-assert {"/sys", "/run/zernel", "/etc/zernel", "/var/lib/zernel"} <= mounts, mounts
-assert c["command"][-2:] == ["--config", "/etc/zernel/scheduler.toml"]
-PY
-  check "the ConfigMap's config passes check-config" "\"$Z\" check-config $tmp/cm.toml > /dev/null 2>&1"
-else
-  echo "SKIP: python3-yaml is not installed"
-fi
 
 unit="$D/zernel-scheduler.service"
 check "unit: Type=simple" "grep -qx 'Type=simple' $unit"
