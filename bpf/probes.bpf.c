@@ -151,8 +151,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
  *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
  *     a GPU sync and an NCCL wait       -> DataLoading (waiting for a batch)
- *     OptimizerStep longer than zernel_optimizer_max_ns of CPU, seen when it leaves a CPU
- *                                       -> Unknown
+ *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
+ *     last (short) sync, seen when it leaves a CPU -> Unknown
  *   worker (a DataLoader worker), every thread:
  *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
  *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
@@ -274,6 +274,8 @@ static __always_inline void phase_sync_return(__u64 now)
 	}
 	if (st->phase == ZERNEL_PROBE_PHASE_GPU_COMPUTE)
 		phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP, ZERNEL_CAUSE_SYNC_RETURN, now);
+	else if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP)	/* the bound is per burst */
+		st->runtime_at_since = BPF_CORE_READ(task, se.sum_exec_runtime);
 }
 
 /* bpf_find_vma's callback: is the mapping a file named nccl-* (NCCL's /dev/shm segments)? */

@@ -8,6 +8,7 @@
 // threads' phases itself.
 #include <spdlog/spdlog.h>
 
+#include "collect/wait_state.hpp"
 #include "daemon/daemon.hpp"
 
 namespace zernel::daemon {
@@ -29,6 +30,15 @@ void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]]
     return;
   }
   t.event_role = true;
+  // The BPF rules see a thread's next event; a rank already blocked waiting for its first batch
+  // when it is named (discovery finds it once it has a GPU context) would read Unknown until the
+  // batch came. Its main thread's wait now is the seed (an instant, as the periodic detector
+  // samples it; the events take over from its next one).
+  if (role == collect::PhaseRole::rank &&
+      collect::read_main_thread_wait(opts_.proc_root, pid) == collect::MainThreadWait::input) {
+    event_phase_[pid] = policy::Phase::data_loading;
+    phase_log_.write(monotonic_now_ns(), pid, policy::Phase::data_loading);
+  }
 #endif
 }
 
