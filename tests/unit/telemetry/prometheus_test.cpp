@@ -53,7 +53,8 @@ TEST(Prometheus, renders_the_seed_metric_names_with_phase_labels) {
         << label;
   }
   EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_decisions_total counter\n"));
-  EXPECT_TRUE(contains(text, "zernel_scheduler_tenant_tasks{tenant=\"team-a\"} 1\n"));
+  EXPECT_TRUE(contains(
+      text, "zernel_scheduler_tenant_tasks{tenant=\"team-a\",namespace=\"\",pod=\"\"} 1\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_backend_info{backend=\"observe\"} 1\n"));
 }
 
