@@ -79,8 +79,7 @@ TEST(PrometheusFamilies, every_sample_follows_its_familys_help_and_type_and_coun
       EXPECT_TRUE(helped.contains(name)) << "TYPE before HELP: " << name;
       EXPECT_TRUE(types.emplace(name, type).second) << "TYPE twice: " << name;
       EXPECT_FALSE(sampled.contains(name)) << "TYPE after samples: " << name;
-      if (type == "counter") EXPECT_TRUE(name.ends_with("_total")) << name;
-      if (type != "counter") EXPECT_FALSE(name.ends_with("_total")) << name;
+      EXPECT_EQ(type == "counter", name.ends_with("_total")) << name << " " << type;
       continue;
     }
     ASSERT_NE(line[0], '#') << line;
@@ -186,8 +185,8 @@ TEST(PrometheusFamilies, entitled_share_is_the_weight_over_all_tenants_weights) 
   policy::EngineOptions o;
   o.multi_tenant_enabled = true;
   policy::Engine engine(o, policy::Topology::single_node(4));
-  ASSERT_TRUE(engine.upsert_tenant({"a", 3, policy::PriorityClass::training, {}}).ok());
-  ASSERT_TRUE(engine.upsert_tenant({"b", 1, policy::PriorityClass::training, {}}).ok());
+  ASSERT_TRUE(engine.upsert_tenant({"a", 3, policy::PriorityClass::training, {}, {}, {}}).ok());
+  ASSERT_TRUE(engine.upsert_tenant({"b", 1, policy::PriorityClass::training, {}, {}, {}}).ok());
   const Snapshot s = take_snapshot(engine, 1'000, false);
   ASSERT_EQ(s.tenants.size(), 2U);
   double sum = 0;
