@@ -106,6 +106,12 @@ job_pid=$!
 check "the daemon puts the job's processes on GPUs in tenant team-a" \
   "wait_for 20 'curl -sf http://127.0.0.1:$port/metrics | grep -q \"^zernel_scheduler_gpu_tenant_info{.*tenant=\\\"team-a\\\"\"'"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
+# This scrape has every family the daemon fills here (tenants, GPUs, probes when loaded):
+# promtool must have nothing to say about it.
+promtool check metrics < "$tmp/metrics.txt" > "$tmp/promtool.txt" 2>&1
+rc=$?
+check "promtool check metrics is silent on a scrape with tenants and GPUs (rc $rc: $(tr '\n' ' ' < "$tmp/promtool.txt"))" \
+  "[[ $rc -eq 0 && ! -s $tmp/promtool.txt ]]"
 check "GPU series carry DCGM's labels (NVML UUID, pci_bus_id, Hostname from NODE_NAME)" \
   "grep -Eq '^zernel_scheduler_gpu_utilization_percent\\{gpu=\"0\",UUID=\"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\",pci_bus_id=\"[0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\\.[0-9A-F]\",Hostname=\"zernel-test-node\"\\} [0-9]+$' $tmp/metrics.txt"
 
