@@ -104,7 +104,22 @@ pass
   --gpu-ms 400 --nccl-ms 200 --optimizer-ms 200 > "$tmp/workload.json" 2>&1 &
 job_pid=$!
 check "the daemon puts the job's processes on GPUs in tenant team-a" \
-  "wait_for 20 'curl -sf http://127.0.0.1:$port/metrics | grep -q \"^zernel_scheduler_gpu_tenant_info{.*tenant=\\\"team-a\\\"\"'"
+  "wait_for 20 'curl -sf http://127.0.0.1:$port/metrics | grep \"^zernel_scheduler_gpu_tenant_info{.*tenant=\\\"team-a\\\"\" > /dev/null'"
+# The shares' values: team-a and team-b hold a GPU each in the same class (entitled 0.5 each);
+# only team-a has processes, so it has all the tenants' CPU time (achieved 1, team-b 0).
+ta='tenant="team-a",namespace="",pod=""' tb='tenant="team-b",namespace="",pod=""'
+shares_ok() {
+  curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/shares.txt" || return 1
+  grep -qxF "zernel_scheduler_tenant_achieved_share{$ta} 1.000000" "$tmp/shares.txt" &&
+    grep -qxF "zernel_scheduler_tenant_achieved_share{$tb} 0.000000" "$tmp/shares.txt"
+}
+check "achieved shares are 1 for the tenant with the job and 0 for the other" "wait_for 10 shares_ok"
+shares_ok || grep '^zernel_scheduler_tenant' "$tmp/shares.txt"
+check "entitled shares are 0.5 and 0.5" \
+  "grep -qxF 'zernel_scheduler_tenant_entitled_share{$ta} 0.500000' $tmp/shares.txt &&
+   grep -qxF 'zernel_scheduler_tenant_entitled_share{$tb} 0.500000' $tmp/shares.txt"
+check "team-a's CPU time grows" \
+  "awk '/^zernel_scheduler_tenant_cpu_seconds_total\{tenant=\"team-a\"/ {exit !(\$2 > 0)}' $tmp/shares.txt"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
 # This scrape has every family the daemon fills here (tenants, GPUs, probes when loaded):
 # promtool must have nothing to say about it.
@@ -155,7 +170,7 @@ prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
 prom_pid=$!
 check "Prometheus is ready" "wait_for 30 'curl -sf http://127.0.0.1:$prom_port/-/ready > /dev/null'"
 check "Prometheus loaded the alert rules" \
-  "curl -sf http://127.0.0.1:$prom_port/api/v1/rules | grep -q ZernelSchedulerTenantBelowEntitledShare"
+  "curl -sf http://127.0.0.1:$prom_port/api/v1/rules | grep ZernelSchedulerTenantBelowEntitledShare > /dev/null"
 sleep 12  # more than the rate window below: every rate() has samples to work with
 
 # Every query: template variables as Grafana would substitute them for this one daemon, then
