@@ -32,6 +32,12 @@ void BackendSupervisor::on_ejected(std::uint64_t now_ns) {
   const enforce::Backend::Retry retry = backend_->retry_after_failure();
   spdlog::error("{} backend: the kernel ended the scheduler: {}", name,
                 backend_->failure_summary());
+  ++ejections_[std::string(backend_->exit_kind())];
+  if (auto c = backend_->counters()) {
+    for (const enforce::Backend::Counter& e : *c) retired_counters_[std::string(e.name)] += e.value;
+  } else {
+    spdlog::warn("{} backend: its counters are lost: {}", name, c.error().message());
+  }
   if (auto r = backend_->shutdown(); !r) spdlog::error("{}: {}", name, r.error().message());
   backend_ = std::make_unique<enforce::ObserveBackend>();
   ejected_ = name;
@@ -59,6 +65,7 @@ void BackendSupervisor::maybe_restart(std::uint64_t now_ns) {
   ++restarts_;
   auto b = factory_(ejected_);
   if (!b) {
+    ++failed_restarts_;
     spdlog::error("{} backend: restart failed: {}", ejected_, b.error().message());
     if (restarts_ < kMaxRestarts) {
       restart_at_ns_ = now_ns + (kFirstBackoffNs << restarts_);
@@ -71,6 +78,14 @@ void BackendSupervisor::maybe_restart(std::uint64_t now_ns) {
   backend_ = std::move(*b);
   spdlog::info("{} backend: loaded again (restart {} of {})", backend_->name(), restarts_,
                kMaxRestarts);
+}
+
+Result<BackendSupervisor::CountByName> BackendSupervisor::counters() const {
+  CountByName out = retired_counters_;
+  auto c = backend_->counters();
+  if (!c) return c.error();
+  for (const enforce::Backend::Counter& e : *c) out[std::string(e.name)] += e.value;
+  return out;
 }
 
 void BackendSupervisor::stop() {

@@ -10,11 +10,17 @@
 // else after 1, 2, 4, 8 and 16 s; a restart that fails to load is retried on the same schedule.
 // After kMaxRestarts restarts it stays in observe mode and says so.
 //
+// For /metrics it counts ejections by exit kind and restarts by outcome, and keeps the counters
+// of the backends it replaced, so that a backend's counters (Backend::counters) only grow over
+// the daemon's life: a restarted sched_ext scheduler's counters start from zero, and the sums
+// of its predecessors are added to them.
+//
 // It reads no clock: the loop passes its tick's time, so tests drive it with plain numbers, and
 // backends come from a factory, so tests hand it fakes.
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -62,6 +68,14 @@ class BackendSupervisor {
   [[nodiscard]] std::uint32_t restarts() const { return restarts_; }
   // When the next restart is due; 0 when none is pending.
   [[nodiscard]] std::uint64_t restart_at_ns() const { return restart_at_ns_; }
+  // Restarts that failed to load (counted in restarts() too).
+  [[nodiscard]] std::uint32_t failed_restarts() const { return failed_restarts_; }
+  // Ejections so far, by the backend's exit kind (Backend::exit_kind, "ERROR_STALL").
+  using CountByName = std::map<std::string, std::uint64_t, std::less<>>;
+  [[nodiscard]] const CountByName& ejections() const { return ejections_; }
+  // The running backend's counters plus those of the backends it replaced, by name (an error
+  // when the running backend's could not be read).
+  Result<CountByName> counters() const;
 
  private:
   void on_ejected(std::uint64_t now_ns);
@@ -72,6 +86,9 @@ class BackendSupervisor {
   std::string ejected_;              // the kind to make again
   std::uint64_t restart_at_ns_ = 0;  // 0: no restart pending
   std::uint32_t restarts_ = 0;
+  std::uint32_t failed_restarts_ = 0;
+  CountByName ejections_;
+  CountByName retired_counters_;  // summed over the backends replaced so far
   bool stopped_ = false;
 };
 

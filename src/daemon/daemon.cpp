@@ -169,6 +169,7 @@ Result<void> Daemon::start() {
   if (auto r = backend_.start(opts_.backend); !r) return r.error().context("--backend");
   spdlog::info("enforcement backend: {}", backend_.name());
   open_nvml();
+  node_name_ = metrics_node_name();
   if (!opts_.phase_log_path.empty()) {
     if (auto r = phase_log_.open(opts_.phase_log_path); !r) return r.error();
   }
@@ -386,6 +387,7 @@ void Daemon::publish(std::uint64_t now_ns) {
     s.collector_errors.push_back({c, collector_errors_[c]});
   }
   if (power_) s.collector_errors.push_back({"power", power_->errors()});
+  add_metrics(s);
   store_.publish(std::move(s));
 }
 

@@ -77,6 +77,10 @@ struct Cadence {
 };
 Cadence cadence_of(const config::Config& cfg);
 
+// The Hostname label of /metrics' GPU series: $NODE_NAME when set and non-empty (the Kubernetes
+// downward API's spec.nodeName, as DCGM exporter uses), else gethostname(), else "unknown".
+std::string metrics_node_name();
+
 struct DaemonStats {
   std::uint64_t ticks = 0;
   std::uint64_t skipped_ticks = 0;
@@ -127,6 +131,13 @@ class Daemon final : private ControlHost {
   void decide(std::uint64_t now_ns);
   std::optional<float> worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
+  // /metrics' series beyond the engine's (daemon_metrics.cpp): build, backend and probe counters,
+  // tenants' CPU time and achieved share, GPUs.
+  void add_metrics(telemetry::Snapshot& s);
+  void add_tenant_cpu(telemetry::Snapshot& s);
+  void add_gpus(telemetry::Snapshot& s) const;
+  // A tracked process's CPU time of the last interval, added to its tenant's (if it has one).
+  void account_tenant_cpu(const collect::ProcessSignals& s);
   void drop(std::uint32_t pid);
   void shutdown();
   void service_wakeup(int reload_fd);
@@ -148,6 +159,14 @@ class Daemon final : private ControlHost {
   telemetry::LatencyHistogram decision_latency_;
   std::uint64_t last_decision_ns_ = 0;
   std::map<std::string, std::uint64_t> collector_errors_;  // by collector name
+  // The Hostname label of GPU series: $NODE_NAME (as DCGM exporter in Kubernetes), else the host
+  // name; read at start.
+  std::string node_name_;
+  // CPU time of each tenant's processes since start, by tenant id, and its value at the previous
+  // publish (for the achieved share); entries of removed tenants are dropped at publish.
+  std::map<std::string, std::uint64_t, std::less<>> tenant_cpu_ns_;
+  std::map<std::string, std::uint64_t, std::less<>> tenant_cpu_published_ns_;
+  bool tenant_cpu_published_ = false;
   void count_error(const char* collector) {
     ++stats_.collector_errors;
     ++collector_errors_[collector];

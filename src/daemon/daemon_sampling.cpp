@@ -171,6 +171,7 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
       continue;
     }
     engine_.update_task(s.pid, task_update(s, now_ns));
+    account_tenant_cpu(s);
   }
   if (auto loads = cpu_load_.sample()) {
     if (!loads->empty()) engine_.set_cpu_loads(*loads);

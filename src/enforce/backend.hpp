@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.hpp"
 #include "policy/decision.hpp"
@@ -39,6 +40,20 @@ class Backend {
   // How this backend carries the tenant weight of a tracked process, in words, for /status
   // (empty: nothing to say, e.g. the process has no tenant or the backend has no such notion).
   [[nodiscard]] virtual std::string tenant_share_note(std::uint32_t /*pid*/) const { return {}; }
+
+  // The backend's own event counters since it was made, for /metrics: (name, value) pairs with
+  // fixed names (sched_ext: every counter of bpf/intf.h's ZERNEL_STATS, "local", "run_ns_...").
+  // Empty for a backend that keeps none; an error when they could not be read.
+  struct Counter {
+    std::string_view name;  // static storage
+    std::uint64_t value = 0;
+  };
+  [[nodiscard]] virtual Result<std::vector<Counter>> counters() const {
+    return std::vector<Counter>{};
+  }
+  // After apply() failed with ECANCELED: the kind of exit, as a fixed name (sched_ext: the
+  // kernel's SCX_EXIT_ name without the prefix, "ERROR_STALL"); "UNKNOWN" when not known.
+  [[nodiscard]] virtual std::string_view exit_kind() { return "UNKNOWN"; }
 };
 
 // The observe-only backend: counts what it is given and changes nothing.

@@ -70,6 +70,9 @@ struct TenantSpec {
   std::uint32_t gpus = 0;
   PriorityClass priority_class = PriorityClass::training;
   std::optional<float> cpu_weight;  // explicit weight, replaces the GPU share
+  // Kubernetes origin (tenants from kubelet's pod-resources; empty otherwise), for labels.
+  std::string k8s_namespace;
+  std::string k8s_pod;
 
   bool operator==(const TenantSpec&) const = default;
 };

@@ -27,6 +27,7 @@ struct Nvml::Api {
   decltype(&::nvmlDeviceGetPciInfo_v3) pci_info = nullptr;
   // Optional.
   decltype(&::nvmlSystemGetDriverVersion) driver_version = nullptr;
+  decltype(&::nvmlDeviceGetUUID) uuid = nullptr;
   decltype(&::nvmlDeviceGetUtilizationRates) utilization = nullptr;
   decltype(&::nvmlDeviceGetProcessUtilization) process_utilization = nullptr;
   // _v3, else _v2: the same prototype and struct layout.
@@ -161,6 +162,7 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
   resolve(handle, "nvmlDeviceGetHandleByIndex_v2", a.handle_by_index);
   resolve(handle, "nvmlDeviceGetName", a.name);
   resolve(handle, "nvmlDeviceGetPciInfo_v3", a.pci_info);
+  resolve(handle, "nvmlDeviceGetUUID", a.uuid);
   std::vector<std::string> missing;
   const auto need = [&missing](const void* fn, const char* name) {
     if (fn == nullptr) missing.emplace_back(name);
@@ -234,7 +236,11 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
     pci.busId[sizeof(pci.busId) - 1] = '\0';
     auto bus_id = normalize_bus_id(pci.busId);
     if (!bus_id) return bus_id.error().context(fmt::format("GPU {}", i));
-    nvml->devices_.push_back(GpuDevice{i, name, std::move(bus_id.value())});
+    // Optional: the UUID labels metrics (DCGM's UUID label); a driver that cannot tell leaves it
+    // empty rather than failing the load.
+    char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (a.uuid == nullptr || a.uuid(h, uuid, sizeof(uuid)) != NVML_SUCCESS) uuid[0] = '\0';
+    nvml->devices_.push_back(GpuDevice{i, name, std::move(bus_id.value()), uuid});
     nvml->handles_.push_back(h);
   }
   nvml->last_seen_us_.assign(count, 0);

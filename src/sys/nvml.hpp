@@ -46,6 +46,7 @@ struct GpuDevice {
   std::uint32_t index = 0;  // NVML's index, the driver's numbering
   std::string name;         // "NVIDIA H200"
   std::string bus_id;       // sysfs form, "0000:1b:00.0"
+  std::string uuid;         // "GPU-8d0c...": nvmlDeviceGetUUID; empty when the driver cannot tell
 };
 
 struct GpuUtilization {

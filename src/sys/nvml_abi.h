@@ -67,6 +67,8 @@ typedef enum nvmlReturn_enum {
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
 #define NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE 16
+#define NVML_DEVICE_UUID_BUFFER_SIZE 80 /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" */
+#define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 
 /* usedGpuMemory when the driver cannot tell (e.g. without permission on Windows/WDDM). */
 #define NVML_VALUE_NOT_AVAILABLE_ULL 0xFFFFFFFFFFFFFFFFull
@@ -141,6 +143,9 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index);
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minorNumber);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length);
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci);
+/* The device's globally unique id, "GPU-" and a UUID (MIG instances: "MIG-..."), into a caller's
+ * buffer of `length` bytes; NVML_ERROR_INSUFFICIENT_SIZE when it does not fit. */
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
 
 /* Utilisation. The list calls follow NVML's size protocol: a count too small for the answer
  * (0 to ask) returns NVML_ERROR_INSUFFICIENT_SIZE with the needed count written back. */

@@ -31,10 +31,23 @@ Snapshot take_snapshot(const policy::Engine& engine, std::uint64_t now_ns, bool 
     for (policy::Phase p : kAllPhases) v.phase_time_ns[index_of(p)] = t.time_in_phase(p, now_ns);
     s.tasks.push_back(std::move(v));
   }
+  std::uint64_t weight_sum = 0;
   for (std::uint16_t slot : reg.slots()) {
     const auto& spec = reg.spec(slot);
-    s.tenants.push_back({spec.id, spec.gpus, spec.priority_class, reg.weight(slot),
-                         reg.cgroup_weight(slot), engine.tenant_task_count(slot)});
+    TenantView v;
+    v.id = spec.id;
+    v.gpus = spec.gpus;
+    v.priority_class = spec.priority_class;
+    v.weight = reg.weight(slot);
+    v.cgroup_weight = reg.cgroup_weight(slot);
+    v.tasks = engine.tenant_task_count(slot);
+    v.k8s_namespace = spec.k8s_namespace;
+    v.k8s_pod = spec.k8s_pod;
+    weight_sum += v.cgroup_weight;
+    s.tenants.push_back(std::move(v));
+  }
+  for (TenantView& v : s.tenants) {
+    v.entitled_share = static_cast<double>(v.cgroup_weight) / static_cast<double>(weight_sum);
   }
   return s;
 }

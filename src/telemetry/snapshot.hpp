@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,35 @@ struct TenantView {
   float weight = 1.0F;
   std::uint32_t cgroup_weight = 100;
   std::size_t tasks = 0;
+  // Kubernetes origin (TenantSpec), for the namespace and pod labels; empty otherwise.
+  std::string k8s_namespace;
+  std::string k8s_pod;
+  // cgroup_weight over the sum of every tenant's cgroup_weight: the share of the CPUs it is
+  // entitled to against the other tenants (every tenant may use every CPU).
+  double entitled_share = 0.0;
+  // Filled by the daemon: CPU time of the tenant's processes since start (summed while they were
+  // the tenant's), and its share of all tenants' CPU time over the last publish interval (nullopt
+  // before the second snapshot, or when no tenant used any CPU in it).
+  std::uint64_t cpu_time_ns = 0;
+  std::optional<double> achieved_share;
+};
+
+// One GPU as the daemon knows it (filled by the daemon from NVML; empty without it), labelled
+// as DCGM exporter labels its series so that PromQL can join the two.
+struct GpuView {
+  std::uint32_t index = 0;  // NVML's index: DCGM's "gpu" label
+  std::string uuid;         // "GPU-...": DCGM's "UUID"; empty when NVML cannot tell
+  std::string bus_id;       // sysfs form "0000:1b:00.0"
+  std::optional<std::uint32_t> utilization_pct;                  // the last device utilisation read
+  std::array<std::uint64_t, policy::kPhaseCount> phase_tasks{};  // tracked tasks on it, by phase
+  std::vector<std::string> tenants;  // ids of the tenants with tasks on it, sorted, unique
+};
+
+// A counter with a fixed name (a backend's or the probes' event kinds).
+struct NamedCounter {
+  std::string name;
+  std::uint64_t value = 0;
+  bool operator==(const NamedCounter&) const = default;
 };
 
 // Decision latency: how long a tick took from its start to its decisions handed to the backend,
@@ -67,6 +97,11 @@ struct CollectorErrors {
 
 struct Snapshot {
   std::string backend = "observe";
+  // The node's name for the Hostname label of GPU series (the daemon: $NODE_NAME, else
+  // gethostname), and the build (zernel_scheduler_build_info).
+  std::string hostname;
+  std::string version;
+  std::string commit;
   std::uint64_t taken_at_ns = 0;
   std::uint64_t tasks_total = 0;
   std::uint64_t tasks_ml = 0;
@@ -81,6 +116,16 @@ struct Snapshot {
   std::uint64_t last_decision_latency_ns = 0;
   LatencyHistogram decision_latency;
   std::vector<CollectorErrors> collector_errors;
+  // The backend's own counters (Backend::counters, summed over restarts; empty for a backend
+  // with none), the GPU sync probes' counters (empty without probes), backend ejections by exit
+  // kind (the daemon lists every kind, 0 for those not seen) and backend restarts (attempted;
+  // the failed ones among them).
+  std::vector<NamedCounter> backend_counters;
+  std::vector<NamedCounter> probe_counters;
+  std::vector<NamedCounter> backend_ejections;
+  std::uint64_t backend_restarts = 0;
+  std::uint64_t backend_restarts_failed = 0;
+  std::vector<GpuView> gpus;
 };
 
 // Reads the engine at `now_ns`. With include_tasks, one TaskView per tracked task.

@@ -54,12 +54,22 @@ sleep 1  # a few published snapshots, so the latency histogram has observations
 check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > $tmp/metrics.txt"
 promtool check metrics < "$tmp/metrics.txt" > "$tmp/promtool.txt" 2>&1
 rc=$?
-check "promtool check metrics accepts the exposition (rc $rc: $(tr '\n' ' ' < "$tmp/promtool.txt"))" "[[ $rc -eq 0 ]]"
+# Any complaint fails: promtool prints lint problems (a counter not named *_total, a missing
+# HELP, ...) even where its exit status is 0.
+check "promtool check metrics accepts the exposition without a complaint (rc $rc: $(tr '\n' ' ' < "$tmp/promtool.txt"))" \
+  "[[ $rc -eq 0 && ! -s $tmp/promtool.txt ]]"
 for series in 'zernel_scheduler_tasks{type="total"}' 'zernel_scheduler_decisions_total' \
   'zernel_scheduler_phase_time_pct{phase="gpu_compute"}' 'zernel_scheduler_backend_info{backend="observe"}' \
   'zernel_scheduler_decision_latency_seconds_bucket{le="+Inf"}' 'zernel_scheduler_last_decision_latency_seconds'; do
   check "metrics have $series" "grep -qF '$series ' $tmp/metrics.txt"
 done
+for family in zernel_scheduler_build_info zernel_scheduler_backend_ejections_total \
+  zernel_scheduler_backend_restarts_total; do
+  check "metrics have $family" "grep -q '^$family{' $tmp/metrics.txt"
+done
+if [[ ${#emulated[@]} -gt 0 ]]; then
+  check "metrics have per-GPU series" "grep -q '^zernel_scheduler_gpu_tasks{gpu=\"0\",UUID=\"GPU-' $tmp/metrics.txt"
+fi
 
 # A real Prometheus server on a free loopback port, scraping the daemon every second.
 prom_port=$(free_port)

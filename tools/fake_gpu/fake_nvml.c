@@ -272,6 +272,23 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int len
   LEAVE(rc);
 }
 
+/* The emulated GPU's UUID: fixed for its PCI address (FNV-1a of the bus id), so that the same
+ * emulated machine reports the same ids from one run to the next, as a real one does. */
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
+  ENTER(device, d);
+  uint64_t h = 14695981039346656037ull;
+  for (const char* c = d->bus_id; *c != '\0'; ++c) {
+    h ^= (unsigned char)*c;
+    h *= 1099511628211ull;
+  }
+  char text[NVML_DEVICE_UUID_BUFFER_SIZE];
+  snprintf(text, sizeof(text), "GPU-%08x-%04x-4%03x-8%03x-%012llx", (unsigned)(h >> 32),
+           (unsigned)(h >> 16) & 0xffffu, (unsigned)h & 0xfffu, d->pci_bus & 0xfffu,
+           (unsigned long long)(h & 0xffffffffffffull));
+  rc = copy_string(uuid, length, text);
+  LEAVE(rc);
+}
+
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t* pci) {
   if (pci == NULL) return NVML_ERROR_INVALID_ARGUMENT;
   ENTER(device, d);

@@ -325,6 +325,20 @@ Result<Stats> ScxBackend::stats() const {
   return sums;
 }
 
+Result<std::vector<Backend::Counter>> ScxBackend::counters() const {
+  auto sums = stats();
+  if (!sums) return sums.error();
+  std::vector<Counter> out;
+  out.reserve(ZERNEL_STAT_NR);
+  for (std::size_t i = 0; i < ZERNEL_STAT_NR; ++i) out.push_back({kStatNames[i], (*sums)[i]});
+  return out;
+}
+
+std::string_view ScxBackend::exit_kind() {
+  auto info = exit_info();
+  return info ? exit_kind_name(info->kind) : std::string_view("UNKNOWN");
+}
+
 std::optional<zernel_task_ctx> ScxBackend::task_ctx(std::uint32_t tid) const {
   // Task storage is keyed by a pidfd; the BPF value is the shared struct plus a kptr.
   int fd = zernel_scx_map_fd(handle_, ZERNEL_SCX_MAP_TASK_CTX);

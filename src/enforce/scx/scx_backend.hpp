@@ -103,6 +103,9 @@ class ScxBackend final : public Backend {
   // From exit_info() and restart_advice().
   [[nodiscard]] Retry retry_after_failure() override;
   [[nodiscard]] std::string failure_summary() override;
+  // stats() by kStatNames, and exit_info()'s kind by exit_kind_name().
+  [[nodiscard]] Result<std::vector<Counter>> counters() const override;
+  [[nodiscard]] std::string_view exit_kind() override;
 
   // How the scheduler ended, once it has (ejected by the kernel, or after shutdown()).
   [[nodiscard]] std::optional<ExitInfo> exit_info();

@@ -30,7 +30,7 @@ TEST(Config, dump_of_the_defaults_round_trips) { EXPECT_EQ(round_trip(Config{}),
 
 TEST(Config, dump_writes_every_key_of_every_section) {
   Config c;
-  c.tenants.push_back(TenantConfig{{"a", 1, PriorityClass::training, 1.5F}, {}});
+  c.tenants.push_back(TenantConfig{{"a", 1, PriorityClass::training, 1.5F, {}, {}}, {}});
   const std::string text = dump_config(c);
   EXPECT_EQ(text.rfind("# ", 0), 0U) << "starts with a comment header";
   for (const char* key : {"[general]",
@@ -86,15 +86,16 @@ TEST(Config, dump_round_trips_tenants_odd_floats_and_odd_strings) {
   c.telemetry.metrics_address = "fe80::1";
   c.telemetry.metrics_port = 65535;
   c.power = PowerConfig{true, true, false, true};
-  TenantConfig a{{"team-a", 0, PriorityClass::background, 0.01F}, {}};
+  TenantConfig a{{"team-a", 0, PriorityClass::background, 0.01F, {}, {}}, {}};
   a.match.comm = {"py\"thon*", "back\\slash", "tab\there", "日本語"};
   a.match.cmdline = {"*train.py --rank [0-9]*", std::string("ctl\x01\x7f", 5)};
   a.match.cgroup = {"/kubepods.slice/team-a"};
   a.match.uid = {0, 4294967294U};
   c.tenants.push_back(a);
-  c.tenants.push_back(TenantConfig{{"b.c:d@e_f", 4096, PriorityClass::inference, 100.0F}, {}});
-  c.tenants.push_back(TenantConfig{{"g", 3, PriorityClass::training, 1.0F / 3.0F}, {}});
-  c.tenants.push_back(TenantConfig{{"h", 3, PriorityClass::training, std::nullopt}, {}});
+  c.tenants.push_back(
+      TenantConfig{{"b.c:d@e_f", 4096, PriorityClass::inference, 100.0F, {}, {}}, {}});
+  c.tenants.push_back(TenantConfig{{"g", 3, PriorityClass::training, 1.0F / 3.0F, {}, {}}, {}});
+  c.tenants.push_back(TenantConfig{{"h", 3, PriorityClass::training, std::nullopt, {}, {}}, {}});
   EXPECT_EQ(round_trip(c), c);
 }
 

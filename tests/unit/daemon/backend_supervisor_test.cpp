@@ -36,6 +36,10 @@ class FakeBackend final : public enforce::Backend {
   }
   Retry retry_after_failure() override { return retry; }
   std::string failure_summary() override { return "watchdog stall"; }
+  [[nodiscard]] Result<std::vector<Counter>> counters() const override {
+    return std::vector<Counter>{{"local", 7}, {"run_ns_gpu_compute", 1000}};
+  }
+  std::string_view exit_kind() override { return "ERROR_STALL"; }
 
   int fail_with = 0;  // errno apply() fails with; 0: succeeds
   Retry retry = Retry::with_backoff;
@@ -220,6 +224,41 @@ TEST(BackendSupervisor, destruction_restores_a_backend_not_stopped) {
     ASSERT_TRUE(s.start("userspace").ok());
   }
   EXPECT_EQ(f.j.shutdowns, 1);
+}
+
+TEST(BackendSupervisor, counts_ejections_by_exit_kind_and_keeps_the_ejected_backends_counters) {
+  FakeFactory f;
+  f.next_fail_with = ECANCELED;
+  BackendSupervisor s(f.factory());
+  ASSERT_TRUE(s.start("sched_ext").ok());
+  EXPECT_TRUE(s.ejections().empty());
+  EXPECT_FALSE(s.apply({}, 0).ok());  // ejected: observe stands in, its counters are none
+  EXPECT_EQ(s.ejections(), (BackendSupervisor::CountByName{{"ERROR_STALL", 1}}));
+  auto c = s.counters();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, (BackendSupervisor::CountByName{{"local", 7}, {"run_ns_gpu_compute", 1000}}));
+
+  f.next_fail_with = 0;
+  s.maybe_restart(kSecond);  // the fresh backend's counters add to the ejected one's
+  ASSERT_EQ(s.name(), "sched_ext");
+  c = s.counters();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(*c, (BackendSupervisor::CountByName{{"local", 14}, {"run_ns_gpu_compute", 2000}}));
+  EXPECT_EQ(s.restarts(), 1U);
+  EXPECT_EQ(s.failed_restarts(), 0U);
+}
+
+TEST(BackendSupervisor, counts_restarts_that_fail_to_load) {
+  FakeFactory f;
+  f.next_fail_with = ECANCELED;
+  BackendSupervisor s(f.factory());
+  ASSERT_TRUE(s.start("sched_ext").ok());
+  EXPECT_FALSE(s.apply({}, 0).ok());
+  f.refuse = true;
+  s.maybe_restart(kSecond);
+  EXPECT_EQ(s.restarts(), 1U);
+  EXPECT_EQ(s.failed_restarts(), 1U);
+  EXPECT_EQ(s.name(), "observe");
 }
 
 }  // namespace

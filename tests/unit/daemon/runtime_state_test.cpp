@@ -159,9 +159,9 @@ TEST(RuntimeControlState, runtime_changes_are_saved_and_restored_by_the_next_dae
     d.host.add_process(4343, "python", 888);
     ControlRequest add;
     add.op = ControlOp::tenant_add;
-    add.tenant = {"team-a", 4, policy::PriorityClass::inference, 2.0F};
+    add.tenant = {"team-a", 4, policy::PriorityClass::inference, 2.0F, {}, {}};
     ASSERT_TRUE(d.control.handle(add).at("ok").get<bool>());
-    add.tenant = {"team-b", 1, policy::PriorityClass::background, std::nullopt};
+    add.tenant = {"team-b", 1, policy::PriorityClass::background, std::nullopt, {}, {}};
     ASSERT_TRUE(d.control.handle(add).at("ok").get<bool>());
     ControlRequest assign;
     assign.op = ControlOp::tenant_assign;
@@ -183,7 +183,7 @@ TEST(RuntimeControlState, runtime_changes_are_saved_and_restored_by_the_next_dae
   EXPECT_EQ(d.registered(), (std::vector<std::string>{"config-t", "team-a"}));
   EXPECT_TRUE(d.control.runtime_tenants().contains("team-a"));
   EXPECT_EQ(d.engine.tenants().spec(*d.engine.tenants().find("team-a")),
-            (policy::TenantSpec{"team-a", 4, policy::PriorityClass::inference, 2.0F}));
+            (policy::TenantSpec{"team-a", 4, policy::PriorityClass::inference, 2.0F, {}, {}}));
   ASSERT_NE(d.engine.tenant_of(4242), nullptr);
   EXPECT_EQ(d.engine.tenant_of(4242)->id, "team-a");
   ASSERT_NE(d.engine.tenant_of(4343), nullptr);
@@ -199,7 +199,8 @@ TEST(RuntimeControlState, a_process_that_is_gone_or_replaced_is_not_restored) {
   TempTree t;
   const std::string path = state_path(t);
   RuntimeState s;
-  s.tenants = {policy::TenantSpec{"team-a", 1, policy::PriorityClass::training, std::nullopt}};
+  s.tenants = {
+      policy::TenantSpec{"team-a", 1, policy::PriorityClass::training, std::nullopt, {}, {}}};
   s.assigned = {{100, 5, "team-a"}, {200, 6, "team-a"}, {300, 7, "team-a"}};
   ASSERT_TRUE(write_runtime_state(path, s).ok());
   RunningDaemon d({}, path);
@@ -217,8 +218,9 @@ TEST(RuntimeControlState, the_configuration_wins_over_a_saved_tenant_of_the_same
   TempTree t;
   const std::string path = state_path(t);
   RuntimeState s;
-  s.tenants = {policy::TenantSpec{"team-a", 7, policy::PriorityClass::background, std::nullopt},
-               policy::TenantSpec{"team-b", 1, policy::PriorityClass::training, std::nullopt}};
+  s.tenants = {
+      policy::TenantSpec{"team-a", 7, policy::PriorityClass::background, std::nullopt, {}, {}},
+      policy::TenantSpec{"team-b", 1, policy::PriorityClass::training, std::nullopt, {}, {}}};
   ASSERT_TRUE(write_runtime_state(path, s).ok());
   RunningDaemon d({tenant("team-a", 2)}, path);
   LogCapture log;
@@ -236,7 +238,7 @@ TEST(RuntimeControlState, a_reload_that_defines_a_runtime_tenant_drops_it_from_t
   RunningDaemon d({}, path);
   ControlRequest add;
   add.op = ControlOp::tenant_add;
-  add.tenant = {"team-a", 4, policy::PriorityClass::training, std::nullopt};
+  add.tenant = {"team-a", 4, policy::PriorityClass::training, std::nullopt, {}, {}};
   ASSERT_TRUE(d.control.handle(add).at("ok").get<bool>());
   config::Config next;
   next.tenants = {tenant("team-a", 1)};
@@ -280,7 +282,7 @@ TEST(RuntimeControlState, an_unwritable_state_file_is_logged_and_the_change_stil
   LogCapture log;
   ControlRequest add;
   add.op = ControlOp::tenant_add;
-  add.tenant = {"team-a", 4, policy::PriorityClass::training, std::nullopt};
+  add.tenant = {"team-a", 4, policy::PriorityClass::training, std::nullopt, {}, {}};
   EXPECT_TRUE(d.control.handle(add).at("ok").get<bool>());
   EXPECT_EQ(d.registered(), (std::vector<std::string>{"team-a"}));
   EXPECT_TRUE(test_support::contains(log.text(), "not saved")) << log.text();

@@ -365,7 +365,8 @@ TEST(Engine, max_tracked_tasks_is_enforced_with_an_error_and_nothing_changed) {
   // Re-registering a tracked pid is still allowed when full.
   EXPECT_TRUE(e.register_task(2, true, 0U).ok());
   // assign_pid of an untracked pid fails the same way, without registering or counting it.
-  ASSERT_TRUE(e.upsert_tenant(TenantSpec{"t", 1, PriorityClass::training, std::nullopt}).ok());
+  ASSERT_TRUE(
+      e.upsert_tenant(TenantSpec{"t", 1, PriorityClass::training, std::nullopt, {}, {}}).ok());
   auto a = e.assign_pid(4, "t");
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.error().code(), ENOSPC);
@@ -669,7 +670,8 @@ TEST(EngineProperty, tenant_task_counts_match_the_assignments) {
   Engine e(o, Topology::single_node(4));
   const std::vector<std::string> ids = {"a", "b", "c"};
   for (const std::string& id : ids) {
-    ASSERT_TRUE(e.upsert_tenant(TenantSpec{id, 2, PriorityClass::training, std::nullopt}).ok());
+    ASSERT_TRUE(
+        e.upsert_tenant(TenantSpec{id, 2, PriorityClass::training, std::nullopt, {}, {}}).ok());
   }
   for (int iter = 0; iter < 20'000; ++iter) {
     const auto pid = static_cast<std::uint32_t>(rng() % 50);
@@ -678,9 +680,11 @@ TEST(EngineProperty, tenant_task_counts_match_the_assignments) {
       case 1: e.unregister_task(pid); break;
       case 2: e.remove_tenant(ids[rng() % ids.size()]); break;
       case 3:
-        ASSERT_TRUE(e.upsert_tenant(TenantSpec{ids[rng() % ids.size()], 2,
-                                               PriorityClass::training, std::nullopt})
-                        .ok());
+        ASSERT_TRUE(
+            e
+                .upsert_tenant(TenantSpec{
+                    ids[rng() % ids.size()], 2, PriorityClass::training, std::nullopt, {}, {}})
+                .ok());
         break;
       default: (void)e.assign_pid(pid, ids[rng() % ids.size()]); break;
     }

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -295,6 +297,30 @@ TEST(Nvml, loads_the_emulated_gpus_and_unloads_them) {
   a.reset();
   auto u = b->utilization(0);
   EXPECT_TRUE(u.ok()) << u.error().message();
+}
+
+TEST(Nvml, each_emulated_gpu_has_a_uuid_in_nvmls_form_that_stays_the_same) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(3);
+  std::vector<std::string> first;
+  for (int load = 0; load < 2; ++load) {
+    auto nvml = load_fake_nvml();
+    ASSERT_NE(nvml, nullptr);
+    std::vector<std::string> ids;
+    for (const GpuDevice& d : nvml->devices()) {
+      EXPECT_TRUE(std::regex_match(
+          d.uuid, std::regex("GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")))
+          << d.uuid;
+      ids.push_back(d.uuid);
+    }
+    ASSERT_EQ(ids.size(), 3U);
+    EXPECT_EQ(std::set<std::string>(ids.begin(), ids.end()).size(), 3U);  // distinct
+    if (load == 0) {
+      first = ids;
+    } else {
+      EXPECT_EQ(ids, first);
+    }
+  }
 }
 
 TEST(Nvml, a_process_using_a_gpu_is_listed_with_its_utilisation_until_it_dies) {

@@ -24,9 +24,11 @@ struct Fixture {
                 }(),
                 Topology::single_node(4)};
   Fixture() {
-    EXPECT_TRUE(engine.upsert_tenant({"team-a", 2, policy::PriorityClass::training, {}}).ok());
+    EXPECT_TRUE(
+        engine.upsert_tenant({"team-a", 2, policy::PriorityClass::training, {}, {}, {}}).ok());
     // Quotes are not valid in ids, so label values never need more than escaping backslashes.
-    EXPECT_FALSE(engine.upsert_tenant({"team\"b", 6, policy::PriorityClass::inference, {}}).ok());
+    EXPECT_FALSE(
+        engine.upsert_tenant({"team\"b", 6, policy::PriorityClass::inference, {}, {}, {}}).ok());
     EXPECT_TRUE(engine.register_task(100, true, 0U, 1'000).ok());
     EXPECT_TRUE(engine.register_task(200, false, std::nullopt, 1'000).ok());
     EXPECT_TRUE(engine.assign_pid(100, "team-a").ok());
@@ -53,7 +55,8 @@ TEST(Prometheus, renders_the_seed_metric_names_with_phase_labels) {
         << label;
   }
   EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_decisions_total counter\n"));
-  EXPECT_TRUE(contains(text, "zernel_scheduler_tenant_tasks{tenant=\"team-a\"} 1\n"));
+  EXPECT_TRUE(contains(
+      text, "zernel_scheduler_tenant_tasks{tenant=\"team-a\",namespace=\"\",pod=\"\"} 1\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_backend_info{backend=\"observe\"} 1\n"));
 }
 

@@ -1,0 +1,131 @@
+// The daemon's part of /metrics: what the engine does not know (telemetry/snapshot.hpp fills the
+// rest). Called once per publish on the loop thread.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <spdlog/spdlog.h>
+
+#include "common/version.hpp"
+#include "daemon/daemon.hpp"
+#include "intf.h"
+
+namespace zernel::daemon {
+
+namespace {
+
+// GPU series are bounded: NVML lists at most this many on one node in practice (8 to 16 today);
+// further GPUs are left out of /metrics.
+constexpr std::size_t kMaxGpuSeries = 64;
+
+// Every exit kind the kernel may report (bpf/intf.h) and "UNKNOWN", so that each ejection series
+// exists at 0 from the start and an alert's increase() sees the first ejection.
+constexpr std::string_view kExitKinds[] = {
+#define ZERNEL_EXIT_KIND_NAME(NAME, value) #NAME,
+    ZERNEL_EXIT_KINDS(ZERNEL_EXIT_KIND_NAME)
+#undef ZERNEL_EXIT_KIND_NAME
+        "UNKNOWN",
+};
+
+}  // namespace
+
+std::string metrics_node_name() {
+  if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') return env;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] != '\0') return buf;
+  return "unknown";
+}
+
+void Daemon::account_tenant_cpu(const collect::ProcessSignals& s) {
+  if (!s.cpu_time_ns || *s.cpu_time_ns == 0) return;
+  const policy::TaskState* t = engine_.task(s.pid);
+  if (t == nullptr || !engine_.tenants().valid(t->tenant)) return;
+  const std::string& id = engine_.tenants().spec(t->tenant).id;
+  if (auto it = tenant_cpu_ns_.find(id); it != tenant_cpu_ns_.end()) {
+    it->second += *s.cpu_time_ns;
+  } else {
+    tenant_cpu_ns_.emplace(id, *s.cpu_time_ns);
+  }
+}
+
+void Daemon::add_metrics(telemetry::Snapshot& s) {
+  s.hostname = node_name_;
+  s.version = kVersion;
+  s.commit = kCommit;
+
+  if (auto c = backend_.counters()) {
+    for (const auto& [name, value] : *c) s.backend_counters.push_back({name, value});
+  } else {
+    count_error("backend");
+    spdlog::debug("backend counters: {}", c.error().message());
+  }
+  for (std::string_view kind : kExitKinds) {
+    const auto it = backend_.ejections().find(kind);
+    s.backend_ejections.push_back(
+        {std::string(kind), it == backend_.ejections().end() ? 0 : it->second});
+  }
+  s.backend_restarts = backend_.restarts();
+  s.backend_restarts_failed = backend_.failed_restarts();
+#ifdef ZERNEL_HAVE_PROBES
+  if (probes_) {
+    const collect::ProbeStats p = probes_->stats();
+    s.probe_counters = {
+        {"sync_enter", p.sync_enter},         {"sync_return", p.sync_return},
+        {"sync_nested", p.sync_nested},       {"return_miss", p.return_miss},
+        {"depth_overflow", p.depth_overflow}, {"thread_map_full", p.thread_map_full},
+        {"proc_map_full", p.proc_map_full},   {"exit_in_sync", p.exit_in_sync},
+        {"futex_waits", p.futex_waits},       {"futex_untracked", p.futex_untracked}};
+  }
+#endif
+  add_tenant_cpu(s);
+  add_gpus(s);
+}
+
+void Daemon::add_tenant_cpu(telemetry::Snapshot& s) {
+  // Tenants removed since the last publish: their totals go (a tenant added again later starts
+  // from zero, which Prometheus reads as a counter reset).
+  std::erase_if(tenant_cpu_ns_, [&](const auto& e) {
+    return std::none_of(s.tenants.begin(), s.tenants.end(),
+                        [&](const telemetry::TenantView& t) { return t.id == e.first; });
+  });
+  std::uint64_t interval_total = 0;
+  for (const auto& [id, ns] : tenant_cpu_ns_) {
+    const auto prev = tenant_cpu_published_ns_.find(id);
+    interval_total += ns - (prev == tenant_cpu_published_ns_.end() ? 0 : prev->second);
+  }
+  for (telemetry::TenantView& t : s.tenants) {
+    const auto it = tenant_cpu_ns_.find(t.id);
+    t.cpu_time_ns = it == tenant_cpu_ns_.end() ? 0 : it->second;
+    if (!tenant_cpu_published_ || interval_total == 0) continue;
+    const auto prev = tenant_cpu_published_ns_.find(t.id);
+    const std::uint64_t delta =
+        t.cpu_time_ns - (prev == tenant_cpu_published_ns_.end() ? 0 : prev->second);
+    t.achieved_share = static_cast<double>(delta) / static_cast<double>(interval_total);
+  }
+  tenant_cpu_published_ns_ = tenant_cpu_ns_;
+  tenant_cpu_published_ = true;
+}
+
+void Daemon::add_gpus(telemetry::Snapshot& s) const {
+  if (!nvml_) return;
+  const bool has_util = nvml_->has(sys::NvmlFeature::device_utilization);
+  for (const sys::GpuDevice& d : nvml_->devices()) {
+    if (s.gpus.size() == kMaxGpuSeries) break;
+    telemetry::GpuView g;
+    g.index = d.index;
+    g.uuid = d.uuid;
+    g.bus_id = d.bus_id;
+    if (has_util && d.index < device_util_.size()) g.utilization_pct = device_util_[d.index];
+    for (const telemetry::TaskView& t : s.tasks) {
+      if (t.gpu_id < 0 || static_cast<std::uint32_t>(t.gpu_id) != d.index) continue;
+      ++g.phase_tasks[policy::index_of(t.phase)];
+      if (!t.tenant.empty()) g.tenants.push_back(t.tenant);
+    }
+    std::sort(g.tenants.begin(), g.tenants.end());
+    g.tenants.erase(std::unique(g.tenants.begin(), g.tenants.end()), g.tenants.end());
+    s.gpus.push_back(std::move(g));
+  }
+}
+
+}  // namespace zernel::daemon
