@@ -30,7 +30,7 @@ constexpr std::size_t kMaxDevicesPerPod = 1024;
 constexpr std::size_t kMaxAllocatableDevices = 65536;
 // Processes of a pod cgroup tried for the environment, and how much of an environment is read.
 constexpr std::size_t kMaxEnvironProcs = 16;
-constexpr std::size_t kMaxEnvironBytes = 64 * 1024;
+constexpr std::size_t kMaxEnvironBytes = std::size_t{64} * 1024;
 // How deep below a kubepods* directory pod cgroups are looked for (QoS class, pod).
 constexpr int kMaxScanDepth = 3;
 

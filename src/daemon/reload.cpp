@@ -66,6 +66,7 @@ std::vector<std::string> settings_needing_restart(const config::Config& cur,
   note(next.telemetry != cur.telemetry, "[telemetry]");
   note(next.power != cur.power, "[power]");
   note(next.sched_ext != cur.sched_ext, "[sched_ext]");
+  note(next.kubernetes != cur.kubernetes, "[kubernetes]");
   return out;
 }
 

@@ -34,14 +34,14 @@ TEST(PodResources, scan_finds_pod_cgroups_of_both_drivers_and_reads_their_enviro
 
   const std::vector<config::PodCgroup> found =
       scan_pod_cgroups(t.root() + "/cg", t.root() + "/proc", 100);
-  ASSERT_EQ(found.size(), 2U);
-  EXPECT_EQ(found[0].path, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
+  ASSERT_EQ(found.size(), 2U);  // in name order: kubepods before kubepods.slice
+  EXPECT_EQ(found[0].path, "/kubepods/pod11111111-2222-3333-4444-555555555555");
+  EXPECT_FALSE(found[0].hostname.has_value());
+  EXPECT_EQ(found[1].path, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" +
                                std::string(kUidSystemd) + ".slice");
-  EXPECT_EQ(found[0].uid, kUid);
-  EXPECT_EQ(found[0].hostname, "train-0");
-  EXPECT_EQ(found[0].visible_devices, (std::vector<std::string>{"GPU-a", "GPU-b"}));
-  EXPECT_EQ(found[1].path, "/kubepods/pod11111111-2222-3333-4444-555555555555");
-  EXPECT_FALSE(found[1].hostname.has_value());
+  EXPECT_EQ(found[1].uid, kUid);
+  EXPECT_EQ(found[1].hostname, "train-0");
+  EXPECT_EQ(found[1].visible_devices, (std::vector<std::string>{"GPU-a", "GPU-b"}));
 
   EXPECT_EQ(scan_pod_cgroups(t.root() + "/cg", t.root() + "/proc", 1).size(), 1U);
   EXPECT_TRUE(scan_pod_cgroups(t.root() + "/nothing", t.root() + "/proc", 100).empty());

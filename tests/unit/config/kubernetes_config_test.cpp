@@ -93,7 +93,7 @@ TEST(KubernetesConfig, dump_round_trips) {
   c.kubernetes.tenant_by = TenantBy::namespace_;
   c.kubernetes.namespace_classes = {{"a", PriorityClass::interactive},
                                     {"b-2", PriorityClass::training}};
-  c.kubernetes.refresh_ms = 700;
+  c.kubernetes.refresh_ms = 3000;
   auto r = parse_config(dump_config(c), "dump");
   ASSERT_TRUE(r.ok()) << r.error().message() << "\n" << dump_config(c);
   EXPECT_EQ(r->config.kubernetes, c.kubernetes);
