@@ -40,13 +40,20 @@ std::string weight_str(const nlohmann::json& v) {
   return v.is_number() ? fmt::format("{:.2f}", v.get<double>()) : "-";
 }
 
+// A whole count as is, a fraction (a kubelet tenant's MIG slice or replica) with 3 decimals.
+std::string gpus_str(const nlohmann::json& v) {
+  if (v.is_number_float()) return fmt::format("{:.3f}", v.get<double>());
+  return v.is_number() ? std::to_string(v.get<std::uint64_t>()) : "-";
+}
+
 void print_tenants(const nlohmann::json& tenants) {
   fmt::print("{:<24} {:>5} {:<12} {:>10} {:>7} {:>6} {}\n", "ID", "GPUS", "CLASS", "CPU_WEIGHT",
              "WEIGHT", "TASKS", "SOURCE");
   for (const auto& t : tenants) {
     fmt::print("{:<24} {:>5} {:<12} {:>10} {:>7} {:>6} {}\n", t.value("id", ""),
-               t.value("gpus", 0U), t.value("class", ""), weight_str(t["cpu_weight"]),
-               weight_str(t["weight"]), t.value("tasks", 0U), t.value("source", ""));
+               gpus_str(t.value("gpus", nlohmann::json())), t.value("class", ""),
+               weight_str(t["cpu_weight"]), weight_str(t["weight"]), t.value("tasks", 0U),
+               t.value("source", ""));
   }
 }
 

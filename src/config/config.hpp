@@ -17,6 +17,7 @@
 // parse_config(dump_config(c)) == c exactly (floats are printed in their shortest exact form).
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +115,30 @@ struct SchedExtConfig {
   bool operator==(const SchedExtConfig&) const = default;
 };
 
+// Tenants from the kubelet's pod-resources API (collect/pod_resources.hpp, config/pod_tenants.hpp,
+// docs/kubernetes.md).
+enum class TenantBy : std::uint8_t { pod = 0, namespace_ = 1 };
+
+inline constexpr std::string_view kDefaultPodResourcesSocket =
+    "/var/lib/kubelet/pod-resources/kubelet.sock";
+// Most pods one List answer may hold; a larger answer is refused (a node runs at most a few
+// hundred: the kubelet's default max-pods is 110).
+inline constexpr std::uint32_t kMaxPodsLimit = 10'000;
+
+struct KubernetesConfig {
+  bool enabled = false;
+  std::string pod_resources_socket = std::string(kDefaultPodResourcesSocket);  // absolute path
+  std::uint32_t refresh_ms = 5000;  // between List calls, >= 100
+  std::uint32_t timeout_ms = 2000;  // deadline of each call, 1 .. refresh_ms
+  TenantBy tenant_by = TenantBy::pod;
+  // Namespace -> class; namespaces not listed get [multi_tenant] default_priority_class.
+  std::map<std::string, policy::PriorityClass> namespace_classes;
+  std::uint32_t max_pods = 1000;                // 1 .. kMaxPodsLimit
+  std::uint32_t max_message_bytes = 4U << 20U;  // largest answer, 4096 .. 64 MiB
+
+  bool operator==(const KubernetesConfig&) const = default;
+};
+
 struct Config {
   GeneralConfig general;
   policy::PhaseDetectionOptions phase_detection;
@@ -122,6 +147,7 @@ struct Config {
   TelemetryConfig telemetry;
   PowerConfig power;
   SchedExtConfig sched_ext;
+  KubernetesConfig kubernetes;
   std::vector<TenantConfig> tenants;  // in file order, ids unique, at most policy::kMaxTenants
 
   bool operator==(const Config&) const = default;

@@ -88,6 +88,23 @@ void sched_ext(std::string& out, const SchedExtConfig& s) {
   out += fmt::format("allow_unenforced_cpu_max = {}\n", flag(s.allow_unenforced_cpu_max));
 }
 
+void kubernetes(std::string& out, const KubernetesConfig& k) {
+  out += "\n[kubernetes]\n";
+  out += fmt::format("enabled = {}\n", flag(k.enabled));
+  out += fmt::format("pod_resources_socket = {}\n", quote(k.pod_resources_socket));
+  out += fmt::format("refresh_ms = {}\n", k.refresh_ms);
+  out += fmt::format("timeout_ms = {}\n", k.timeout_ms);
+  out += fmt::format("tenant_by = {}\n", quote(k.tenant_by == TenantBy::pod ? "pod" : "namespace"));
+  std::string classes;
+  for (const auto& [ns, c] : k.namespace_classes) {
+    classes += fmt::format("{}{} = {}", classes.empty() ? "" : ", ", quote(ns),
+                           quote(policy::class_name(c)));
+  }
+  out += fmt::format("namespace_classes = {{{}}}\n", classes.empty() ? "" : " " + classes + " ");
+  out += fmt::format("max_pods = {}\n", k.max_pods);
+  out += fmt::format("max_message_bytes = {}\n", k.max_message_bytes);
+}
+
 void tenant(std::string& out, const TenantConfig& t) {
   const auto strings = [](const std::vector<std::string>& v) {
     return array(v, [](const std::string& s) { return quote(s); });
@@ -132,6 +149,7 @@ std::string dump_config(const Config& config) {
   telemetry(out, config.telemetry);
   power(out, config.power);
   sched_ext(out, config.sched_ext);
+  kubernetes(out, config.kubernetes);
   if (config.tenants.empty()) out += kNoTenantsComment;
   for (const TenantConfig& t : config.tenants) tenant(out, t);
   return out;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <initializer_list>
 #include <limits>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -331,19 +332,21 @@ class Parser {
     section(root, "telemetry", telemetry_keys());
     const bool power_ok = section(root, "power", power_keys());
     section(root, "sched_ext", sched_ext_keys());
+    const bool kubernetes_ok = section(root, "kubernetes", kubernetes_keys());
     tenants(root);
     if (general_ok) check_intervals(root);
     if (phase_ok) check_gpu_thresholds(root);
     check_tenants_enabled(root);
     if (power_ok) check_power(root);
+    if (kubernetes_ok) check_kubernetes(root);
     if (diag_.error_count() > 0) return Error(EINVAL, diag_.error_text());
     return LoadedConfig{config_, diag_.warning_lines(), std::nullopt};
   }
 
  private:
-  static constexpr std::string_view kSections[] = {
-      "general", "phase_detection", "numa",     "multi_tenant",
-      "telemetry", "power",         "sched_ext", "tenants"};
+  static constexpr std::string_view kSections[] = {"general",      "phase_detection", "numa",
+                                                   "multi_tenant", "telemetry",       "power",
+                                                   "sched_ext",    "kubernetes",      "tenants"};
 
   void check_top_level(const toml::table& root) {
     for (const auto& [key, node] : root) {
@@ -357,7 +360,7 @@ class Parser {
                      : fmt::format("unknown top-level key \"{}\" (keys belong in a section)", name);
       diag_.error({}, what, &node,
                   "valid sections: [general], [phase_detection], [numa], [multi_tenant], "
-                  "[telemetry], [power], [sched_ext], [[tenants]]" +
+                  "[telemetry], [power], [sched_ext], [kubernetes], [[tenants]]" +
                       suggestion(name, kSections));
     }
   }
@@ -684,6 +687,119 @@ class Parser {
     if (!p.enabled || p.manage_gpu || p.manage_cpu) return;
     diag_.warn("[power]", "enabled, but manage_gpu and manage_cpu are both false: nothing is managed",
                first_of(root, {"power.enabled"}));
+  }
+
+  // --- [kubernetes] ------------------------------------------------------------------------
+
+  std::vector<KeyReader> kubernetes_keys() {
+    KubernetesConfig& k = config_.kubernetes;
+    return {
+        {"enabled", [this, &k](const toml::node& v,
+                               const std::string& w) { return values_.boolean(v, w, k.enabled); }},
+        {"pod_resources_socket",
+         [this, &k](const toml::node& v, const std::string& w) {
+           std::string value;
+           if (!values_.string(v, w, value)) return false;
+           if (value.empty() || value.front() != '/' || value.back() == '/' || value.size() > 107 ||
+               value.find('\0') != std::string::npos) {
+             diag_.error(w, fmt::format("\"{}\" is not an absolute socket path", value), &v,
+                         "write the kubelet's socket, e.g. " +
+                             std::string(kDefaultPodResourcesSocket) +
+                             " (at most 107 bytes, a unix socket address's limit)");
+             return false;
+           }
+           k.pod_resources_socket = value;
+           return true;
+         }},
+        {"refresh_ms",
+         [this, &k](const toml::node& v, const std::string& w) {
+           return values_.integer(v, w, k.refresh_ms, 100);
+         }},
+        {"timeout_ms",
+         [this, &k](const toml::node& v, const std::string& w) {
+           return values_.integer(v, w, k.timeout_ms, 1);
+         }},
+        {"tenant_by",
+         [this](const toml::node& v, const std::string& w) { return tenant_by(v, w); }},
+        {"namespace_classes",
+         [this](const toml::node& v, const std::string& w) { return namespace_classes(v, w); }},
+        {"max_pods",
+         [this, &k](const toml::node& v, const std::string& w) {
+           return values_.integer(v, w, k.max_pods, 1, kMaxPodsLimit);
+         }},
+        {"max_message_bytes",
+         [this, &k](const toml::node& v, const std::string& w) {
+           return values_.integer(v, w, k.max_message_bytes, 4096, 64U << 20U);
+         }},
+    };
+  }
+
+  bool tenant_by(const toml::node& node, const std::string& where) {
+    std::string value;
+    if (!values_.string(node, where, value)) return false;
+    if (value == "pod") {
+      config_.kubernetes.tenant_by = TenantBy::pod;
+    } else if (value == "namespace") {
+      config_.kubernetes.tenant_by = TenantBy::namespace_;
+    } else {
+      diag_.error(where, fmt::format("unknown grouping \"{}\"", value), &node,
+                  "write \"pod\" or \"namespace\" (labels are not in the pod-resources API; "
+                  "see docs/kubernetes.md)");
+      return false;
+    }
+    return true;
+  }
+
+  // An inline table of namespace = class.
+  bool namespace_classes(const toml::node& node, const std::string& where) {
+    const toml::table* table = node.as_table();
+    if (table == nullptr) {
+      return values_.wrong_type(node, where, "a table of namespace = \"class\"");
+    }
+    std::map<std::string, policy::PriorityClass> out;
+    bool clean = true;
+    for (const auto& [key, value] : *table) {
+      const std::string ns(key.str());
+      const std::string entry_where = fmt::format("{}.{}", where, ns);
+      if (!is_dns_label(ns)) {
+        diag_.error(entry_where, fmt::format("\"{}\" is not a namespace name", ns), &value,
+                    "namespaces are 1..63 lower-case letters, digits and '-', starting and "
+                    "ending with a letter or digit");
+        clean = false;
+        continue;
+      }
+      policy::PriorityClass c = policy::PriorityClass::training;
+      if (!priority_class(value, entry_where, c)) {
+        clean = false;
+        continue;
+      }
+      out.emplace(ns, c);
+    }
+    if (clean) config_.kubernetes.namespace_classes = std::move(out);
+    return clean;
+  }
+
+  static bool is_dns_label(std::string_view s) {
+    if (s.empty() || s.size() > 63 || s.front() == '-' || s.back() == '-') return false;
+    return std::all_of(s.begin(), s.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    });
+  }
+
+  void check_kubernetes(const toml::table& root) {
+    const KubernetesConfig& k = config_.kubernetes;
+    if (k.timeout_ms > k.refresh_ms) {
+      diag_.error(
+          "[kubernetes] timeout_ms",
+          fmt::format("must not exceed refresh_ms ({}), got {}", k.refresh_ms, k.timeout_ms),
+          first_of(root, {"kubernetes.timeout_ms", "kubernetes.refresh_ms"}));
+    }
+    if (k.enabled && !config_.multi_tenant.enabled) {
+      diag_.warn("[kubernetes] enabled",
+                 "tenants from the kubelet are read but not scheduled while [multi_tenant] "
+                 "enabled = false",
+                 first_of(root, {"kubernetes.enabled"}), "set [multi_tenant] enabled = true");
+    }
   }
 
   // --- [[tenants]] -------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 #include "daemon/signals.hpp"
 #include "daemon/ticker.hpp"
 #include "enforce/userspace/restore.hpp"
+#include "sys/cgroup.hpp"
+#include "sys/file.hpp"
 #include "sys/procfs.hpp"
 #include "sys/topology_reader.hpp"
 #include "sys/unique_fd.hpp"
@@ -158,6 +160,7 @@ Result<void> Daemon::start() {
     if (auto r = engine_.upsert_tenant(t.spec); !r) return r.error();
   }
   start_runtime_control();
+  start_pod_resources();
   // What a userspace backend that did not stop cleanly left changed (nice, affinity, cgroup
   // weights), whatever this run's backend: a restart with observe or sched_ext must not leave
   // processes reniced (enforce/userspace/restore.hpp). A journal whose daemon still runs is that
@@ -189,6 +192,42 @@ void Daemon::start_runtime_control() {
   ControlHost& host = *this;  // a private base: converted here, where it is accessible
   runtime_ = std::make_unique<RuntimeControl>(opts_.config, engine_, host, o);
   runtime_->restore_saved_state();
+}
+
+void Daemon::start_pod_resources() {
+  const config::KubernetesConfig& k = opts_.config.kubernetes;
+  if (!k.enabled) return;
+  // Pods' cgroups are looked for in the unified (v2) hierarchy, where /proc/PID/cgroup's "0::"
+  // paths live: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
+  std::string cgroup_root = opts_.sys_root + "/fs/cgroup";
+  if (auto info = sys::read_file(opts_.proc_root + "/self/mountinfo")) {
+    for (const sys::CgroupMount& m : sys::parse_cgroup_mounts(*info)) {
+      if (m.version == sys::CgroupVersion::v2 && m.mount_root == "/") {
+        cgroup_root = m.mount_point;
+        break;
+      }
+    }
+  }
+  pods_ = std::make_unique<collect::PodResourcesSource>(k, cgroup_root, opts_.proc_root);
+  pods_->start();
+  spdlog::info("kubernetes: tenants from {} every {} ms, one per {}; pod cgroups under {}",
+               k.pod_resources_socket, k.refresh_ms,
+               k.tenant_by == config::TenantBy::pod ? "pod" : "namespace", cgroup_root);
+}
+
+// The latest good answer of the kubelet, if a new one came, as tenants.
+void Daemon::apply_pod_resources() {
+  if (!pods_) return;
+  std::optional<config::PodSnapshot> snap = pods_->take();
+  if (!snap) return;
+  config::PodTenants t = config::pod_tenants(*snap, opts_.config.kubernetes,
+                                             opts_.config.multi_tenant.default_priority_class);
+  std::set<std::string> now(t.problems.begin(), t.problems.end());
+  for (const std::string& p : now) {
+    if (!pod_problems_.contains(p)) spdlog::warn("kubernetes: {}", p);
+  }
+  pod_problems_ = std::move(now);
+  runtime_->apply_kubelet_tenants(std::move(t.tenants));
 }
 
 void Daemon::open_nvml() {
@@ -342,6 +381,7 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   const std::uint64_t now = ticker.deadline_ns();
   const std::uint64_t t0 = monotonic_now_ns();
   nvml_procs_fresh_ = false;
+  if (n % cadence.poll_every == 0) apply_pod_resources();
   if (n % cadence.poll_every == 0 || new_process_appeared()) poll_processes(now);
   sample_signals(now);
   backend_.maybe_restart(now);
@@ -409,6 +449,7 @@ void Daemon::drop(std::uint32_t pid) {
 void Daemon::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (pods_) pods_->stop();
   backend_.stop();
   if (power_) {
     if (auto r = power_->restore(); !r) spdlog::error("power: {}", r.error().message());

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -27,6 +28,7 @@
 
 #include "collect/cpu_load.hpp"
 #include "collect/discovery.hpp"
+#include "collect/pod_resources.hpp"
 #include "collect/signals.hpp"
 #include "sys/delayacct.hpp"
 #include "sys/nvml.hpp"
@@ -119,6 +121,8 @@ class Daemon final : private ControlHost {
   Result<void> open_machine_settings();
   void enable_delay_accounting(const std::shared_ptr<enforce::SettingsJournal>& journal);
   void poll_processes(std::uint64_t now_ns);
+  void start_pod_resources();
+  void apply_pod_resources();
   // Between scans: a process NVML lists, or a child of a GPU owner's main thread, that is not
   // tracked (nor already reported since the last scan) means a new job process: scan now.
   bool new_process_appeared();
@@ -180,6 +184,10 @@ class Daemon final : private ControlHost {
   std::unique_ptr<telemetry::HttpServer> http_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<RuntimeControl> runtime_;  // control requests and SIGHUP
+  // [kubernetes] enabled: the kubelet's pods as tenants (collect/pod_resources.hpp), taken on
+  // poll ticks; the mapping's problems are logged once each while they last.
+  std::unique_ptr<collect::PodResourcesSource> pods_;
+  std::set<std::string> pod_problems_;
 
   struct Tracked {
     std::string comm;

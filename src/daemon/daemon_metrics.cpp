@@ -75,7 +75,9 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
         {"sync_nested", p.sync_nested},       {"return_miss", p.return_miss},
         {"depth_overflow", p.depth_overflow}, {"thread_map_full", p.thread_map_full},
         {"proc_map_full", p.proc_map_full},   {"exit_in_sync", p.exit_in_sync},
-        {"futex_waits", p.futex_waits},       {"futex_untracked", p.futex_untracked}};
+        {"futex_waits", p.futex_waits},       {"futex_untracked", p.futex_untracked},
+        {"phase_events", p.phase_events},     {"phase_events_lost", p.phase_events_lost},
+        {"phase_no_storage", p.phase_no_storage}};
   }
 #endif
   add_tenant_cpu(s);

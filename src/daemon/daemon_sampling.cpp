@@ -102,6 +102,12 @@ void Daemon::read_nvml_processes() {
 void Daemon::track_discovered(const collect::DiscoveredProcess& p, std::uint64_t now_ns) {
   if (p.change == collect::ProcessChange::unchanged) {
     tracked_[p.pid].gpu = p.gpu;
+    // A tenant that appeared after the process (a pod's, from the kubelet): assign it now. A
+    // process with a tenant keeps it (`tenant assign` is not undone by the rules).
+    if (p.tenant && *p.tenant < opts_.config.tenants.size() &&
+        engine_.tenant_of(p.pid) == nullptr) {
+      (void)engine_.assign_pid(p.pid, opts_.config.tenants[*p.tenant].spec.id);
+    }
     if (p.gpu) {
       policy::TaskUpdate u;
       u.gpu_id = p.gpu;

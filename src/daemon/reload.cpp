@@ -66,6 +66,7 @@ std::vector<std::string> settings_needing_restart(const config::Config& cur,
   note(next.telemetry != cur.telemetry, "[telemetry]");
   note(next.power != cur.power, "[power]");
   note(next.sched_ext != cur.sched_ext, "[sched_ext]");
+  note(next.kubernetes != cur.kubernetes, "[kubernetes]");
   return out;
 }
 
@@ -77,12 +78,16 @@ Result<void> RuntimeControl::reload_file(const std::string& path, bool missing_o
   return reload(loaded->config, path);
 }
 
-// The file's tenants, plus those added with `tenant add` whose ids the file does not define.
+// The file's tenants, plus those added with `tenant add` and those from the kubelet whose ids the
+// file does not define.
 std::vector<config::TenantConfig> RuntimeControl::tenants_after_reload(
     const config::Config& next) const {
   std::vector<config::TenantConfig> tenants = next.tenants;
   for (const config::TenantConfig& t : config_.tenants) {
-    if (runtime_tenants_.contains(t.spec.id) && !defines(next, t.spec.id)) tenants.push_back(t);
+    if ((runtime_tenants_.contains(t.spec.id) || kubelet_tenants_.contains(t.spec.id)) &&
+        !defines(next, t.spec.id)) {
+      tenants.push_back(t);
+    }
   }
   return tenants;
 }
@@ -117,6 +122,7 @@ Result<void> RuntimeControl::reload(const config::Config& next, std::string_view
   const std::size_t runtime_before = runtime_tenants_.size();
   std::erase_if(runtime_tenants_, [&next](const std::string& id) { return defines(next, id); });
   if (runtime_tenants_.size() != runtime_before) save_state();
+  std::erase_if(kubelet_tenants_, [&next](const std::string& id) { return defines(next, id); });
   config_.multi_tenant.default_priority_class = next.multi_tenant.default_priority_class;
   config_.multi_tenant.protected_comms = next.multi_tenant.protected_comms;
   if (next.general.log_level != config_.general.log_level) {

@@ -21,6 +21,11 @@ std::string not_registered(std::string_view id) {
   return "tenant \"" + std::string(id) + "\" is not registered";
 }
 
+std::string from_kubelet(std::string_view id) {
+  return "tenant \"" + std::string(id) +
+         "\" comes from the kubelet's pod-resources API; it changes and goes with its pod";
+}
+
 }  // namespace
 
 RuntimeControl::RuntimeControl(config::Config& config, policy::Engine& engine, ControlHost& host,
@@ -51,19 +56,23 @@ nlohmann::json RuntimeControl::tenant_list() const {
   const policy::TenantRegistry& reg = engine_.tenants();
   for (std::uint16_t slot : reg.slots()) {
     const policy::TenantSpec& t = reg.spec(slot);
-    list.push_back({{"id", t.id},
-                    {"gpus", t.gpus},
-                    {"class", policy::class_name(t.priority_class)},
-                    {"cpu_weight", t.cpu_weight ? nlohmann::json(*t.cpu_weight) : nlohmann::json()},
-                    {"weight", reg.weight(slot)},
-                    {"cgroup_weight", reg.cgroup_weight(slot)},
-                    {"tasks", engine_.tenant_task_count(slot)},
-                    {"source", runtime_tenants_.contains(t.id) ? "runtime" : "config"}});
+    list.push_back(
+        {{"id", t.id},
+         {"gpus", t.gpu_fraction ? nlohmann::json(*t.gpu_fraction) : nlohmann::json(t.gpus)},
+         {"class", policy::class_name(t.priority_class)},
+         {"cpu_weight", t.cpu_weight ? nlohmann::json(*t.cpu_weight) : nlohmann::json()},
+         {"weight", reg.weight(slot)},
+         {"cgroup_weight", reg.cgroup_weight(slot)},
+         {"tasks", engine_.tenant_task_count(slot)},
+         {"source", runtime_tenants_.contains(t.id)   ? "runtime"
+                    : kubelet_tenants_.contains(t.id) ? "kubelet"
+                                                      : "config"}});
   }
   return list;
 }
 
 nlohmann::json RuntimeControl::tenant_add(const policy::TenantSpec& spec) {
+  if (kubelet_tenants_.contains(spec.id)) return error_reply(from_kubelet(spec.id));
   const bool existed = engine_.tenants().find(spec.id).has_value();
   if (auto r = engine_.upsert_tenant(spec); !r) return error_reply(r.error().message());
   if (auto it = find_tenant(config_.tenants, spec.id); it != config_.tenants.end()) {
@@ -82,6 +91,7 @@ nlohmann::json RuntimeControl::tenant_add(const policy::TenantSpec& spec) {
 }
 
 nlohmann::json RuntimeControl::tenant_remove(const std::string& id) {
+  if (kubelet_tenants_.contains(id)) return error_reply(from_kubelet(id));
   if (!engine_.remove_tenant(id)) return error_reply(not_registered(id));
   if (auto it = find_tenant(config_.tenants, id); it != config_.tenants.end()) {
     config_.tenants.erase(it);

@@ -88,6 +88,16 @@ class RuntimeControl {
   // invalid one is logged and ignored (the daemon starts with its configuration's tenants).
   void restore_saved_state();
 
+  // Tenants from the kubelet (config/pod_tenants.hpp), replacing the previous kubelet tenants:
+  // new ones are added, changed ones updated, those of vanished pods removed. A kubelet tenant
+  // whose id the file or `tenant add` has is skipped (logged once): the file wins, then the
+  // runtime tenants, then the kubelet. Past kMaxTenants in all, the rest are skipped and logged.
+  // Returns whether anything changed.
+  bool apply_kubelet_tenants(std::vector<config::TenantConfig> next);
+  [[nodiscard]] const std::unordered_set<std::string>& kubelet_tenants() const {
+    return kubelet_tenants_;
+  }
+
   // The registered tenants as the control socket lists them.
   [[nodiscard]] nlohmann::json tenant_list() const;
   [[nodiscard]] const std::unordered_set<std::string>& runtime_tenants() const {
@@ -114,6 +124,8 @@ class RuntimeControl {
   RuntimeControlOptions opts_;
   std::unordered_set<std::string> runtime_tenants_;    // added by `tenant add`, kept on reload
   std::map<std::uint32_t, AssignedProcess> assigned_;  // by `tenant assign`, for the state file
+  std::unordered_set<std::string> kubelet_tenants_;    // from pod-resources, kept on reload
+  std::unordered_set<std::string> kubelet_conflicts_;  // skipped ids, logged once each
 };
 
 // The settings that differ between `cur` and `next` and take effect only after a restart (fixed

@@ -65,6 +65,12 @@ Result<void> validate_tenant(const TenantSpec& spec) {
   if (spec.gpus > 4096) {
     return Error("gpus: " + std::to_string(spec.gpus) + " is more than 4096");
   }
+  if (spec.gpu_fraction) {
+    const float f = *spec.gpu_fraction;
+    if (!std::isfinite(f) || f < 0.0F || f > 4096.0F) {
+      return Error("gpu_fraction: must be between 0 and 4096, got " + std::to_string(f));
+    }
+  }
   if (spec.cpu_weight) {
     const float w = *spec.cpu_weight;
     if (!std::isfinite(w) || w < kMinExplicitWeight || w > kMaxExplicitWeight) {
@@ -130,6 +136,16 @@ std::vector<std::uint16_t> TenantRegistry::slots() const {
   return out;
 }
 
+namespace {
+
+// What a tenant's GPUs count in the share formula.
+float gpu_share(const TenantSpec& spec) {
+  if (spec.gpu_fraction) return *spec.gpu_fraction > 0.0F ? *spec.gpu_fraction : kZeroGpuShare;
+  return spec.gpus > 0 ? static_cast<float>(spec.gpus) : kZeroGpuShare;
+}
+
+}  // namespace
+
 // Single precision throughout, as the earlier implementation computed it, so the benchmark's
 // documented weights (0.26666668 for 1 of 30 GPUs over 8 tenants) come out bit for bit.
 void TenantRegistry::recompute_weights() {
@@ -138,7 +154,7 @@ void TenantRegistry::recompute_weights() {
   for (const Entry& e : entries_) {
     if (!e.used) continue;
     total_gpus_ += e.spec.gpus;
-    share_sum += e.spec.gpus > 0 ? static_cast<float>(e.spec.gpus) : kZeroGpuShare;
+    share_sum += gpu_share(e.spec);
   }
   const auto n = static_cast<float>(count_);
   for (Entry& e : entries_) {
@@ -147,8 +163,7 @@ void TenantRegistry::recompute_weights() {
       e.weight = *e.spec.cpu_weight;
     } else {
       // Without 0-GPU tenants share_sum == total_gpus and this is the seed's gpus / total * n.
-      const float share = e.spec.gpus > 0 ? static_cast<float>(e.spec.gpus) : kZeroGpuShare;
-      e.weight = share / share_sum * n;
+      e.weight = gpu_share(e.spec) / share_sum * n;
     }
     // An explicit weight is the operator's final word; a GPU share is scaled by the class.
     const float factor = e.spec.cpu_weight ? 1.0F : class_factor(e.spec.priority_class);

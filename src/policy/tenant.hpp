@@ -7,7 +7,10 @@
 // the average weight is 1.0. Worked example: tenants with 2 and 6 GPUs get 0.5 and 1.5 (3x).
 // A tenant with 0 GPUs counts as kZeroGpuShare GPUs in that formula, so it keeps a small non-zero
 // share instead of being starved (the earlier implementation gave it 0). An explicit cpu_weight
-// replaces the formula for that tenant (its GPUs still count in the others' shares).
+// replaces the formula for that tenant (its GPUs still count in the others' shares). A tenant
+// with a fractional GPU count (TenantSpec::gpu_fraction: a pod holding a MIG slice or a time-
+// sliced replica) enters the formula with that fraction: 1/7 of a GPU next to a 1-GPU tenant
+// gets 1/7 of its share.
 //
 // The class decides how much the tenant's share weighs: the scheduled weight (cgroup_weight(), on
 // the cpu.weight scale) is the GPU-proportional weight times the class factor
@@ -73,12 +76,17 @@ struct TenantSpec {
   // Kubernetes origin (tenants from kubelet's pod-resources; empty otherwise), for labels.
   std::string k8s_namespace;
   std::string k8s_pod;
+  // GPUs as a fraction, for tenants from the kubelet (MIG slices, time-sliced replicas:
+  // config/pod_tenants.hpp). When set it replaces `gpus` in the share formula; `gpus` is then
+  // this rounded up, for the totals. 0 counts as kZeroGpuShare like gpus = 0.
+  std::optional<float> gpu_fraction = std::nullopt;  // set only for kubelet tenants
 
   bool operator==(const TenantSpec&) const = default;
 };
 
-// Checks id (non-empty, printable, at most kMaxTenantIdLength), GPU count (at most 4096) and the
-// explicit weight range. The message names the field.
+// Checks id (non-empty, printable, at most kMaxTenantIdLength), GPU count (at most 4096, also
+// for gpu_fraction, which must be finite and not negative) and the explicit weight range. The
+// message names the field.
 Result<void> validate_tenant(const TenantSpec& spec);
 
 class TenantRegistry {

@@ -339,9 +339,10 @@ TEST(Config, malformed_toml_reports_the_line_and_column) {
 TEST(Config, unknown_section_is_an_error_listing_the_valid_sections) {
   const std::string msg = parse_error("[genral]\nlog_level = \"info\"\n");
   EXPECT_TRUE(contains(msg, "config.toml: unknown section [genral] (line 1)"));
-  EXPECT_TRUE(contains(msg,
-                       "valid sections: [general], [phase_detection], [numa], "
-                       "[multi_tenant], [telemetry], [power], [sched_ext], [[tenants]]"));
+  EXPECT_TRUE(
+      contains(msg,
+               "valid sections: [general], [phase_detection], [numa], "
+               "[multi_tenant], [telemetry], [power], [sched_ext], [kubernetes], [[tenants]]"));
   EXPECT_TRUE(contains(msg, "did you mean \"general\"?"));
 }
 
