@@ -862,6 +862,63 @@ TEST_F(PhaseEvents, counts_its_events) {
   EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
 }
 
+// The cost of the phase programs where they run on every context switch of the machine: a pipe
+// ping-pong between two threads pinned to one CPU (two switches per round trip), without any
+// probes, with the probes but phases off, with phases and the process untracked, and with it a
+// rank (its threads followed).
+// Prints ns per round trip; run by hand:
+//   zernel_unit_tests --gtest_also_run_disabled_tests --gtest_filter='PhaseEventsCost.*'
+TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
+  constexpr int kRounds = 50'000;
+  auto ping_pong = [] {
+    int ab[2];
+    int ba[2];
+    if (pipe(ab) != 0 || pipe(ba) != 0) return -1.0;
+    cpu_set_t before;
+    sched_getaffinity(0, sizeof before, &before);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(0, &one);
+    std::thread echo([&] {
+      sched_setaffinity(0, sizeof one, &one);
+      char c = 0;
+      for (int i = 0; i < 7 * kRounds; ++i) {
+        if (read(ab[0], &c, 1) != 1 || write(ba[1], &c, 1) != 1) break;
+      }
+    });
+    sched_setaffinity(0, sizeof one, &one);
+    const double ns = best_ns_per_call(kRounds, [&] {
+      char c = 'x';
+      (void)!write(ab[1], &c, 1);
+      (void)!read(ba[0], &c, 1);
+    });
+    echo.join();
+    for (int fd : {ab[0], ab[1], ba[0], ba[1]}) close(fd);
+    sched_setaffinity(0, sizeof before, &before);
+    return ns;
+  };
+  const double none = ping_pong();
+  double without_phases = 0;
+  {
+    auto plain = GpuSyncProbes::open();
+    if (!plain) GTEST_SKIP() << plain.error().message();
+    without_phases = ping_pong();
+  }
+  GpuSyncProbes::Options o;
+  o.phase_events = true;
+  auto r = GpuSyncProbes::open(o);
+  if (!r) GTEST_SKIP() << r.error().message();
+  const double untracked = ping_pong();
+  ASSERT_TRUE(r.value()->set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
+  const double tracked = ping_pong();
+  std::vector<PhaseEvent> events;
+  r.value()->drain_phase_events(events);
+  std::printf("pipe round trip (2 context switches): %.0f ns without probes, %.0f with the probes "
+              "but not the phase programs, %.0f with them (untracked), %.0f tracked as a rank (%zu "
+              "phase changes sent)\n",
+              none, without_phases, untracked, tracked, events.size());
+}
+
 TEST(PhaseEventsOff, are_off_unless_asked_for_and_say_so) {
   auto r = GpuSyncProbes::open();
   if (!r) GTEST_SKIP() << r.error().message();

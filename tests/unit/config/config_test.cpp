@@ -138,6 +138,24 @@ TEST(Config, a_directory_is_an_error_not_the_defaults) {
   EXPECT_TRUE(contains(loaded.error().message(), ::testing::TempDir()));
 }
 
+TEST(Config, phase_source_is_events_by_default_and_periodic_on_request) {
+  EXPECT_EQ(Config{}.phase_detection.mode, policy::PhaseSource::events);
+  const LoadedConfig periodic = parse_ok(
+      "[phase_detection]\nmode = \"periodic\"\nevent_sync_hysteresis_ns = 0\n"
+      "event_idle_hysteresis_ns = 1000000000\nevent_optimizer_max_ns = 1\n");
+  EXPECT_EQ(periodic.config.phase_detection.mode, policy::PhaseSource::periodic);
+  EXPECT_EQ(periodic.config.phase_detection.event_sync_hysteresis_ns, 0U);
+  EXPECT_EQ(periodic.config.phase_detection.event_idle_hysteresis_ns, 1'000'000'000U);
+  EXPECT_EQ(periodic.config.phase_detection.event_optimizer_max_ns, 1U);
+  EXPECT_TRUE(contains(parse_error("[phase_detection]\nmode = \"sampled\"\n"),
+                       "[phase_detection] mode: unknown mode \"sampled\""));
+  EXPECT_TRUE(contains(parse_error("[phase_detection]\nmode = 1\n"), "[phase_detection] mode"));
+  EXPECT_TRUE(contains(parse_error("[phase_detection]\nevent_sync_hysteresis_ns = 1000000001\n"),
+                       "[phase_detection] event_sync_hysteresis_ns"));
+  EXPECT_TRUE(contains(parse_error("[phase_detection]\nevent_optimizer_max_ns = 0\n"),
+                       "[phase_detection] event_optimizer_max_ns"));
+}
+
 TEST(Config, partial_file_keeps_the_defaults_for_the_rest) {
   const std::string path = temp_path("partial.toml");
   write_file(path, "[general]\nlog_level = \"debug\"\n\n[numa]\ngpu_affinity = false\n");

@@ -152,8 +152,8 @@ TEST(PodTenants, a_tenant_id_past_the_longest_is_reported_not_made) {
 
 TEST(PodTenants, fractional_gpus_weigh_in_the_share_formula) {
   policy::TenantRegistry reg;
-  policy::TenantSpec whole{"whole", 1, PriorityClass::training, std::nullopt, std::nullopt};
-  policy::TenantSpec slice{"slice", 1, PriorityClass::training, std::nullopt, 0.25F};
+  policy::TenantSpec whole{"whole", 1, PriorityClass::training, std::nullopt, {}, {}, std::nullopt};
+  policy::TenantSpec slice{"slice", 1, PriorityClass::training, std::nullopt, {}, {}, 0.25F};
   const auto a = reg.upsert(whole);
   const auto b = reg.upsert(slice);
   ASSERT_TRUE(a.ok() && b.ok());

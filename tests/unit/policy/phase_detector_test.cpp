@@ -58,6 +58,38 @@ TEST(PhaseDetector, default_options_are_the_documented_defaults) {
   EXPECT_TRUE(o.nccl_detection_enabled);
 }
 
+// ---- phases from events ----------------------------------------------------------------------
+
+TEST(PhaseDetector, an_event_phase_is_committed_at_once_whatever_the_signals) {
+  PhaseDetector d{PhaseDetectionOptions{}};  // stability 3: a sampled phase needs 3 ticks
+  TaskState s = ml_task();
+  s.gpu_utilization = 100;  // the sampled rules would say GpuCompute
+  s.event_phase = Phase::nccl_collective;
+  EXPECT_EQ(tick(d, s, 1), Phase::nccl_collective);
+  EXPECT_EQ(d.transition_count(), 1U);
+  s.event_phase = Phase::optimizer_step;
+  EXPECT_EQ(tick(d, s, 2), Phase::optimizer_step);
+  EXPECT_EQ(tick(d, s, 3), Phase::optimizer_step);  // unchanged: no transition
+  EXPECT_EQ(d.transition_count(), 2U);
+  // Back to the sampled rules: the debounce starts afresh (no stale candidate).
+  s.event_phase.reset();
+  EXPECT_EQ(tick(d, s, 4), Phase::optimizer_step);
+  EXPECT_EQ(tick(d, s, 5), Phase::optimizer_step);
+  EXPECT_EQ(tick(d, s, 6), Phase::gpu_compute);
+}
+
+TEST(PhaseDetector, the_engine_takes_the_event_phase_from_updates) {
+  Engine e(EngineOptions{}, Topology::single_node(2));
+  ASSERT_TRUE(e.register_task(7, true, 0U, 1).ok());
+  TaskUpdate u;
+  u.event_phase = Phase::data_loading;
+  ASSERT_TRUE(e.update_task(7, u));
+  const Decision dec = e.schedule(7, 2);
+  EXPECT_EQ(dec.phase, Phase::data_loading);
+  EXPECT_TRUE(dec.phase_changed);
+  EXPECT_EQ(dec.priority, policy_for_phase(Phase::data_loading).priority);
+}
+
 // ---- rule 1 ----------------------------------------------------------------------------------
 
 TEST(PhaseDetector, a_non_ml_process_is_unknown_whatever_its_signals) {
