@@ -52,7 +52,7 @@ bool Engine::update_task(std::uint32_t pid, const TaskUpdate& u) {
   }
   if (u.dataloader_worker) s->dataloader_worker = *u.dataloader_worker;
   if (u.gpu_wait_blocks) s->gpu_wait_blocks = *u.gpu_wait_blocks;
-  if (u.event_phase) s->event_phase = *u.event_phase;
+  if (u.event_phase) s->event_phase = u.event_phase;
   if (u.gpu_id) {
     s->gpu_id = static_cast<std::int32_t>(std::min<std::uint32_t>(*u.gpu_id, INT32_MAX));
   }

@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -483,9 +484,11 @@ void ScxBackend::restore_policy(std::uint32_t pid) {
   moved_.erase(it);
 }
 
-Result<void> ScxBackend::shutdown() {
-  if (!attached_) return Ok{};
-  if (auto st = stats()) {
+// What the scheduler did, once, as it is detached (the daemon's log keeps it past the exit).
+void ScxBackend::log_exit_counters() const noexcept {
+  try {
+    auto st = stats();
+    if (!st) return;
     const Stats& c = *st;
     spdlog::info(
         "sched_ext: at exit: {} decided and {} undecided enqueues, {} preemption kicks, {} "
@@ -494,7 +497,14 @@ Result<void> ScxBackend::shutdown() {
         c[ZERNEL_STAT_DECIDED], c[ZERNEL_STAT_UNDECIDED], c[ZERNEL_STAT_KICK_PREEMPT],
         c[ZERNEL_STAT_STARVE_RESCUE], c[ZERNEL_STAT_PHASE_FOLLOWED],
         c[ZERNEL_STAT_PHASE_FOLLOWED_1MS]);
+  } catch (...) {  // a log line is not worth an exception out of a destructor
+    std::fputs("zernel-scheduler: sched_ext: the exit counters could not be logged\n", stderr);
   }
+}
+
+Result<void> ScxBackend::shutdown() {
+  if (!attached_) return Ok{};
+  log_exit_counters();
   attached_ = false;
   zernel_scx_detach(handle_);
   while (!moved_.empty()) restore_policy(moved_.begin()->first);

@@ -121,6 +121,7 @@ class ScxBackend final : public Backend {
   [[nodiscard]] bool partial() const { return options_.partial; }
 
  private:
+  void log_exit_counters() const noexcept;
   ScxBackend(Options options, ::zernel_scx* handle);
   Result<void> write_batch(const std::vector<std::uint32_t>& keys,
                            const std::vector<zernel_decision>& values);
