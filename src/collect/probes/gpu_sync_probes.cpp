@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <iterator>
 #include <string>
 #include <string_view>
@@ -81,6 +82,15 @@ static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COM
               "PhaseEvent::phase is policy::Phase's value");
 static_assert(static_cast<int>(PhaseRole::worker) == ZERNEL_PHASE_ROLE_WORKER);
 
+constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
+
+std::uint64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
 // Phase programs: the rules' constants, and off (not loaded, a one-page ring) unless asked for.
 void configure_phase_programs(probes_bpf& skel, const GpuSyncProbes::Options& o) {
   skel.rodata->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
@@ -109,6 +119,8 @@ struct GpuSyncProbes::Impl {
   // (dev, inode) of the maps lines attach_process_libraries has handled: a process's libcuda
   // is looked at once, not per process (maps shows the underlying file, stat() an overlay's).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> seen_maps_ids;
+  // (dev, inode) of files whose attach the kernel refused, and when to try again (monotonic ns).
+  std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t>> failed_maps_ids;
   int ncpus = 0;
 
   ~Impl() {
@@ -328,10 +340,25 @@ Result<std::size_t> GpuSyncProbes::attach_process_libraries(std::uint32_t pid) {
         static_cast<std::uint64_t>(makedev(lib.dev_major, lib.dev_minor)), lib.inode};
     auto& seen = impl_->seen_maps_ids;
     if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+    // A file the kernel refused is tried again after kAttachRetryNs, not at every scan (each
+    // refusal is a libbpf warning in the log: once a minute, not twice a second).
+    const std::uint64_t now = monotonic_ns();
+    auto& failed = impl_->failed_maps_ids;
+    const auto f =
+        std::find_if(failed.begin(), failed.end(), [&](const auto& e) { return e.first == id; });
+    if (f != failed.end() && now < f->second) continue;
     // The path as the process sees it: through its root, which may be a container's.
     const std::string path = options_.proc_root + "/" + std::to_string(pid) + "/root" + lib.path;
     auto r = attach_library(path);
-    if (!r) return r.error().context("pid " + std::to_string(pid));
+    if (!r) {
+      if (f != failed.end()) {
+        f->second = now + kAttachRetryNs;
+      } else {
+        failed.emplace_back(id, now + kAttachRetryNs);
+      }
+      return r.error().context("pid " + std::to_string(pid));
+    }
+    if (f != failed.end()) failed.erase(f);
     if (*r) ++attached;
     seen.push_back(id);
   }
