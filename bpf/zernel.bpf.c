@@ -972,7 +972,8 @@ static __always_inline void phase_follow(struct task_struct *p, struct task_ctx 
 	tctx->lat_ns = (u64)pol->latency_target_us * 1000;
 	tctx->flags = (tctx->flags & ~ZERNEL_DF_PREEMPT) | (pol->flags & ZERNEL_DF_PREEMPT);
 	stat_inc(ZERNEL_STAT_PHASE_FOLLOWED);
-	if (idx < ZERNEL_PHASE_NR && time_delta(now_ns(), st->since_ns) <= 1000000)
+	/* The probes stamp with bpf_ktime_get_ns (CLOCK_MONOTONIC), not the rq clock of now_ns(). */
+	if (idx < ZERNEL_PHASE_NR && time_delta(bpf_ktime_get_ns(), st->since_ns) <= 1000000)
 		stat_inc(ZERNEL_STAT_PHASE_FOLLOWED_1MS);
 }
 
