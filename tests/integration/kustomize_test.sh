@@ -20,8 +20,8 @@ image=$(bash "$SRC/deploy/image/build.sh" --print-image)
 check "build.sh tags the image with the project's version ($image)" "[[ $image == *:$version ]]"
 
 declare -A caps=(
-  [observe]="DAC_READ_SEARCH SYS_PTRACE BPF PERFMON"
-  [userspace]="DAC_READ_SEARCH SYS_PTRACE BPF PERFMON SYS_NICE"
+  [observe]="DAC_READ_SEARCH SYS_PTRACE BPF PERFMON SYS_ADMIN"
+  [userspace]="DAC_READ_SEARCH SYS_PTRACE BPF PERFMON SYS_ADMIN SYS_NICE"
   [sched-ext]="DAC_READ_SEARCH SYS_PTRACE BPF PERFMON SYS_NICE SYS_ADMIN"
 )
 declare -A backend=([observe]=observe [userspace]=userspace [sched-ext]=sched_ext)
