@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * probes: the tracing programs behind two of the daemon's per-process signals (design brief,
- * section 5), counters only, read by the daemon once per tick.
+ * section 5), counters only, read by the daemon once per tick; and the per-thread phase rules
+ * (PHASES FROM EVENTS below), which send one ring-buffer record per phase change.
  *
  *   cpu_burst_duration_ns  CPU time the process has run since its last GPU synchronisation
  *                          returned; 0 while it is blocked in one.
@@ -41,7 +42,7 @@
  * its process's in_sync if it died inside a sync: a killed process never returns), and when the
  * last thread of a process exits, the process's entries, so a reused pid starts clean.
  *
- * No ring buffer, no event per call: a sync costs two probe hits and a few map operations, a
+ * For these signals no ring buffer and no event per call: a sync costs two probe hits and a few map operations, a
  * futex wait of an untracked process one hash miss (docs/probes.md has the measurements).
  *
  * Known weaknesses and accepted races:
