@@ -151,32 +151,47 @@ class Child {
 //   'S' just before cuStreamSynchronize on `work_ns` of queued work, 'R' after it returned;
 //   'B' after burning `burn_ns` of CPU; then waits for any command and exits.
 // A failure replies 'F' and exits 1.
-int gpu_step_child(int cmd, int rep, std::uint64_t work_ns, std::uint64_t burn_ns) {
-  void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return Child::reply(rep, 'F'), 1;
+// The emulated driver as a child process uses it: libcuda loaded, a context and a stream on
+// device 0. ok() is false when any step failed.
+struct FakeCudaStream {
   using Handle = void*;
-  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
-  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
-  auto ctx_create = reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
-  auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
-  auto stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
-  auto enqueue =
-      reinterpret_cast<int (*)(Handle, unsigned long long)>(dlsym(lib, "zfgEnqueueWork"));
-  if (!init || !device_get || !ctx_create || !stream_create || !stream_sync || !enqueue) {
-    return Child::reply(rep, 'F'), 1;
-  }
-  int dev = 0;
-  Handle ctx = nullptr;
+  int (*stream_sync)(Handle) = nullptr;
+  int (*enqueue)(Handle, unsigned long long) = nullptr;
   Handle stream = nullptr;
-  if (init(0) != 0 || device_get(&dev, 0) != 0 || ctx_create(&ctx, 0, dev) != 0 ||
-      stream_create(&stream, 0) != 0) {
-    return Child::reply(rep, 'F'), 1;
+
+  FakeCudaStream() {
+    void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
+    auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
+    auto ctx_create =
+        reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
+    auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
+    stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
+    enqueue = reinterpret_cast<int (*)(Handle, unsigned long long)>(dlsym(lib, "zfgEnqueueWork"));
+    int dev = 0;
+    Handle ctx = nullptr;
+    if (!init || !device_get || !ctx_create || !stream_create || !stream_sync || !enqueue ||
+        init(0) != 0 || device_get(&dev, 0) != 0 || ctx_create(&ctx, 0, dev) != 0 ||
+        stream_create(&stream, 0) != 0) {
+      stream = nullptr;
+    }
   }
+  [[nodiscard]] bool ok() const { return stream != nullptr; }
+  // Queues ns of device time and waits for it (one launch, one blocking sync).
+  [[nodiscard]] bool work(std::uint64_t ns) const {
+    return enqueue(stream, ns) == 0 && stream_sync(stream) == 0;
+  }
+};
+
+int gpu_step_child(int cmd, int rep, std::uint64_t work_ns, std::uint64_t burn_ns) {
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
   Child::reply(rep, 'L');
   if (Child::next(cmd) != 'G') return 1;
-  if (enqueue(stream, work_ns) != 0) return Child::reply(rep, 'F'), 1;
+  if (gpu.enqueue(gpu.stream, work_ns) != 0) return Child::reply(rep, 'F'), 1;
   Child::reply(rep, 'S');
-  if (stream_sync(stream) != 0) return Child::reply(rep, 'F'), 1;
+  if (gpu.stream_sync(gpu.stream) != 0) return Child::reply(rep, 'F'), 1;
   Child::reply(rep, 'R');
   burn_cpu(burn_ns);
   Child::reply(rep, 'B');
@@ -697,24 +712,8 @@ constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c)
 // optimizer with a short and a long sync, too long a CPU burst, then a wait for the next command
 // (a pipe read: a data wait).
 int rank_step_child(int cmd, int rep) {
-  void* lib = dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return Child::reply(rep, 'F'), 1;
-  using Handle = void*;
-  auto init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
-  auto device_get = reinterpret_cast<int (*)(int*, int)>(dlsym(lib, "cuDeviceGet"));
-  auto ctx_create = reinterpret_cast<int (*)(Handle*, unsigned, int)>(dlsym(lib, "cuCtxCreate_v2"));
-  auto stream_create = reinterpret_cast<int (*)(Handle*, unsigned)>(dlsym(lib, "cuStreamCreate"));
-  auto stream_sync = reinterpret_cast<int (*)(Handle)>(dlsym(lib, "cuStreamSynchronize"));
-  auto enqueue =
-      reinterpret_cast<int (*)(Handle, unsigned long long)>(dlsym(lib, "zfgEnqueueWork"));
-  int dev = 0;
-  Handle ctx = nullptr;
-  Handle stream = nullptr;
-  if (!init || !device_get || !ctx_create || !stream_create || !stream_sync || !enqueue ||
-      init(0) != 0 || device_get(&dev, 0) != 0 || ctx_create(&ctx, 0, dev) != 0 ||
-      stream_create(&stream, 0) != 0) {
-    return Child::reply(rep, 'F'), 1;
-  }
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
   const std::string shm = "/nccl-zernel-test-" + std::to_string(getpid());
   const int fd = shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0 || ftruncate(fd, 4096) != 0) return Child::reply(rep, 'F'), 1;
@@ -722,19 +721,18 @@ int rank_step_child(int cmd, int rep) {
   shm_unlink(shm.c_str());
   if (seg == MAP_FAILED) return Child::reply(rep, 'F'), 1;
   auto* word = static_cast<std::uint32_t*>(seg);
-  auto gpu = [&](std::uint64_t ns) { return enqueue(stream, ns) == 0 && stream_sync(stream) == 0; };
   Child::reply(rep, 'L');
   if (Child::next(cmd) != 'G') return 1;
-  if (!gpu(30 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
+  if (!gpu.work(30 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
   burn_cpu(3 * kMs);
   for (int i = 0; i < 2; ++i) {  // two timed waits of a collective: NcclCollective, back
     const timespec ten_ms{0, 10'000'000};
     futex(word, FUTEX_WAIT, 0, &ten_ms);
   }
   burn_cpu(3 * kMs);
-  if (!gpu(kMs / 2)) return Child::reply(rep, 'F'), 1;  // short: stays OptimizerStep
+  if (!gpu.work(kMs / 2)) return Child::reply(rep, 'F'), 1;  // short: stays OptimizerStep
   burn_cpu(3 * kMs);
-  if (!gpu(40 * kMs)) return Child::reply(rep, 'F'), 1;  // long: GpuCompute from its entry
+  if (!gpu.work(40 * kMs)) return Child::reply(rep, 'F'), 1;  // long: GpuCompute from its entry
   burn_cpu(60 * kMs);                                    // beyond the 50 ms bound
   Child::reply(rep, 'D');
   Child::next(cmd);  // blocks in read(): a data wait
