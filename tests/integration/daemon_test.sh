@@ -28,14 +28,8 @@ TOML
 
 acct_before=$(cat /proc/sys/kernel/task_delayacct 2>/dev/null || echo missing)
 
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
-  --control-socket "$tmp/ctl.sock" --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 50); do
-  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
-  sleep 0.1
-done
-check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > $tmp/m0.txt"
+start_daemon --backend observe --emulated-gpu --control-socket "$tmp/ctl.sock" \
+  --phase-log "$tmp/phases.jsonl" || { summary; exit; }
 
 # A second daemon on the same port fails at start with a clear message.
 "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe \

@@ -29,20 +29,10 @@ fi
 port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/config.toml"
 
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
-  --control-socket '' --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 50); do
-  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
-  sleep 0.1
-done
-check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > /dev/null"
-if grep -q 'probes are not in this build' "$tmp/daemon.log"; then
-  # Configured with -DZERNEL_BPF=OFF: no CPU bursts, GPU syncs or futex stamps, and no target.
-  kill -TERM "$daemon_pid"; wait "$daemon_pid"; daemon_pid=""
-  skip "this build has no BPF probes (-DZERNEL_BPF=OFF); detection needs them"
-fi
-check "the probes are loaded" "! grep -q 'probes are off' $tmp/daemon.log"
+start_daemon --backend observe --emulated-gpu --control-socket '' \
+  --phase-log "$tmp/phases.jsonl" || { summary; exit; }
+# Without BPF probes (-DZERNEL_BPF=OFF): no CPU bursts, GPU syncs or futex stamps, no target.
+need_probes
 
 # The job: every phase >= 600 ms except the rank's steady-state wait for data (400 ms,
 # not scored); 3 steps, about 12 s.
@@ -55,11 +45,8 @@ rc=$?
 wl_pid=""
 check "workload finished (exit $rc)" "[[ $rc -eq 0 ]] && grep -q '\"steps\":3' $tmp/workload.json"
 sleep 0.3
-kill -TERM "$daemon_pid"
-wait "$daemon_pid"
-rc=$?
-daemon_pid=""
-check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+stop_daemon
+check "daemon exits 0 on SIGTERM (got $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 
 python3 "$SRC/bench/detection_score.py" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --roles --detail \
   --require > "$tmp/score.txt" 2>&1

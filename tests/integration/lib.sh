@@ -1,7 +1,8 @@
 # Sourced by every integration test (tests/integration/*_test.sh), right after `set -uo pipefail`:
 #   . "$(dirname "$0")/lib.sh"
 # Gives BIN (the build's bin/, from ctest's ZERNEL_BIN), SRC (the source tree, ZERNEL_SOURCE_DIR),
-# the pass/fail counters, check, skip, summary, wait_for and find_cpu_cgroup.
+# the pass/fail counters, check, skip, summary, wait_for, find_cpu_cgroup and a test daemon
+# (start_daemon, stop_daemon, need_probes).
 BIN=${ZERNEL_BIN:-build/bin}
 SRC=${ZERNEL_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 failures=0
@@ -61,4 +62,38 @@ find_cpu_cgroup() {
   [[ -n $cgdir ]] || skip "no cpu cgroup hierarchy is mounted"
   weight_file=cpu.shares
   [[ $cgver == v2 ]] && weight_file=cpu.weight
+}
+# A test's own daemon. start_daemon ARGS...: runs "$BIN/zernel-scheduler" --config
+# "$tmp/config.toml" ARGS... in the background (stdout and stderr in $tmp/daemon.log, its pid in
+# daemon_pid) and waits up to ${daemon_wait:-10} s (probes loading on a busy machine take
+# seconds) for /metrics on 127.0.0.1:$port, the metrics_port the test wrote into the config
+# (free_port). Counts "daemon serves /metrics" as a check; when it does not serve, prints the
+# log's tail and returns 1. The test's cleanup kills $daemon_pid if it is still set.
+start_daemon() {
+  "$BIN/zernel-scheduler" --config "$tmp/config.toml" "$@" > "$tmp/daemon.log" 2>&1 &
+  daemon_pid=$!
+  if wait_for "${daemon_wait:-10}" "curl -sf http://127.0.0.1:$port/metrics > /dev/null"; then
+    pass
+    return 0
+  fi
+  fail "daemon serves /metrics"
+  echo "--- daemon log"
+  tail -n 30 "$tmp/daemon.log"
+  return 1
+}
+# stop_daemon: SIGTERM to $daemon_pid and wait for it; its exit status in daemon_rc.
+stop_daemon() {
+  kill -TERM "$daemon_pid"
+  wait "$daemon_pid"
+  daemon_rc=$?
+  daemon_pid=""
+}
+# need_probes: skips (stopping the daemon) when this build has no BPF probes
+# (-DZERNEL_BPF=OFF); a build with them must have loaded them (a check).
+need_probes() {
+  if grep -q 'probes are not in this build' "$tmp/daemon.log"; then
+    stop_daemon
+    skip "this build has no BPF probes (-DZERNEL_BPF=OFF)"
+  fi
+  check "the probes are loaded" "! grep -q 'probes are off' $tmp/daemon.log"
 }

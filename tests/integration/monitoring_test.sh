@@ -89,17 +89,9 @@ comm = ["zernel-workloa*"]
 id = "team-b"
 gpus = 1
 TOML
-NODE_NAME=zernel-test-node "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe \
-  --emulated-gpu --control-socket "" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
 # Start-up loads the GPU sync probes (BPF) when it can: seconds on a loaded machine.
-if ! wait_for 60 "curl -sf http://127.0.0.1:$port/metrics > /dev/null"; then
-  fail "daemon serves /metrics"
-  echo "--- daemon log"; tail -30 "$tmp/daemon.log"
-  summary
-  exit
-fi
-pass
+NODE_NAME=zernel-test-node daemon_wait=60 start_daemon --backend observe --emulated-gpu \
+  --control-socket "" || { summary; exit; }
 "$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 1 --steps 200 --data-ms 300 \
   --gpu-ms 400 --nccl-ms 200 --optimizer-ms 200 > "$tmp/workload.json" 2>&1 &
 job_pid=$!
@@ -253,11 +245,8 @@ cat "$tmp/queries.txt"
 
 kill -TERM "$job_pid" 2>/dev/null; wait "$job_pid" 2>/dev/null; job_pid=""
 kill -TERM "$prom_pid" 2>/dev/null; wait "$prom_pid" 2>/dev/null; prom_pid=""
-kill -TERM "$daemon_pid"
-wait "$daemon_pid"
-rc=$?
-daemon_pid=""
-check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+stop_daemon
+check "daemon exits 0 on SIGTERM (got $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; tail -30 "$tmp/daemon.log"
   echo "--- prometheus log"; tail -20 "$tmp/prometheus.log"

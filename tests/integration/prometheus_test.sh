@@ -35,23 +35,9 @@ metrics_port = $port
 push_interval_ms = 200
 TOML
 
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe "${emulated[@]}" \
-  --control-socket "" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-if ! kill -0 "$daemon_pid" 2>/dev/null || ! "$BIN/zernel-scheduler" --help 2>&1 | grep -- --control-socket >/dev/null; then
-  # A build without the control socket option: start it without.
-  kill -KILL "$daemon_pid" 2>/dev/null
-  wait "$daemon_pid" 2>/dev/null
-  "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe "${emulated[@]}" \
-    > "$tmp/daemon.log" 2>&1 &
-  daemon_pid=$!
-fi
-for _ in $(seq 50); do
-  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
-  sleep 0.1
-done
+start_daemon --backend observe "${emulated[@]}" --control-socket "" || { summary; exit; }
 sleep 1  # a few published snapshots, so the latency histogram has observations
-check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > $tmp/metrics.txt"
+check "a second scrape" "curl -sf http://127.0.0.1:$port/metrics > $tmp/metrics.txt"
 promtool check metrics < "$tmp/metrics.txt" > "$tmp/promtool.txt" 2>&1
 rc=$?
 # Any complaint fails: promtool prints lint problems (a counter not named *_total, a missing
@@ -114,11 +100,8 @@ check "Prometheus has the decision latency histogram" "python3 -c 'import json,s
 kill -TERM "$prom_pid" 2>/dev/null
 wait "$prom_pid" 2>/dev/null
 prom_pid=""
-kill -TERM "$daemon_pid"
-wait "$daemon_pid"
-rc=$?
-daemon_pid=""
-check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+stop_daemon
+check "daemon exits 0 on SIGTERM (got $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 
 if [[ $failures -ne 0 ]]; then
   echo "--- daemon log"; cat "$tmp/daemon.log"

@@ -53,15 +53,9 @@ fi
 
 port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/config.toml"
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
-  --control-socket '' --phase-log "$tmp/phases.jsonl" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-wait_for 10 "curl -sf http://127.0.0.1:$port/metrics > /dev/null"
-check "daemon serves /metrics" "curl -sf http://127.0.0.1:$port/metrics > /dev/null"
-if grep -q 'probes are not in this build' "$tmp/daemon.log"; then
-  kill -TERM "$daemon_pid"; wait "$daemon_pid"; daemon_pid=""
-  skip "this build has no BPF probes (-DZERNEL_BPF=OFF); detection needs them"
-fi
+start_daemon --backend observe --emulated-gpu --control-socket '' \
+  --phase-log "$tmp/phases.jsonl" || { summary; exit; }
+need_probes
 
 "$py" "$SRC/tools/torch_job.py" --libcuda "$BIN/../lib/fake/libcuda.so.1" --steps "$steps" \
   --truth-log "$tmp/truth.jsonl" > "$tmp/job.json" 2> "$tmp/job.err" &
@@ -125,11 +119,8 @@ job_pid=""
 check "the PyTorch job finished (exit $rc)" "[[ $rc -eq 0 ]] && grep -q '\"steps\": $steps' $tmp/job.json"
 cat "$tmp/job.json"
 sleep 0.3
-kill -TERM "$daemon_pid"
-wait "$daemon_pid"
-rc=$?
-daemon_pid=""
-check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+stop_daemon
+check "daemon exits 0 on SIGTERM (got $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 
 # The daemon handled the workers as DataLoader workers: each was committed DataLoading.
 "$py" - "$tmp/truth.jsonl" "$tmp/phases.jsonl" <<'PY' && pass || fail "each worker is committed DataLoading at least once"
