@@ -69,9 +69,21 @@ struct FakeFactory {
   }
 };
 
-TEST(BackendSupervisor, start_makes_the_named_backend) {
+// One supervisor over a FakeFactory, per test.
+class BackendSupervisorTest : public ::testing::Test {
+ protected:
+  // Starts a sched_ext backend that the kernel ejects (ECANCELED) on its first apply, as does
+  // every backend made after it until next_fail_with changes.
+  void start_ejectable() {
+    f.next_fail_with = ECANCELED;
+    ASSERT_TRUE(s.start("sched_ext").ok());
+  }
+
   FakeFactory f;
-  BackendSupervisor s(f.factory());
+  BackendSupervisor s{f.factory()};
+};
+
+TEST_F(BackendSupervisorTest, start_makes_the_named_backend) {
   ASSERT_TRUE(s.start("sched_ext").ok());
   EXPECT_EQ(s.name(), "sched_ext");
   EXPECT_EQ(f.j.made, std::vector<std::string>{"sched_ext"});
@@ -79,20 +91,15 @@ TEST(BackendSupervisor, start_makes_the_named_backend) {
   EXPECT_EQ(f.j.applies, 1);
 }
 
-TEST(BackendSupervisor, start_fails_with_the_factory_error) {
-  FakeFactory f;
+TEST_F(BackendSupervisorTest, start_fails_with_the_factory_error) {
   f.refuse = true;
-  BackendSupervisor s(f.factory());
   auto r = s.start("sched_ext");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message(), "cannot load sched_ext");
 }
 
-TEST(BackendSupervisor, an_ejection_falls_back_to_observe_and_restarts_after_a_backoff) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest, an_ejection_falls_back_to_observe_and_restarts_after_a_backoff) {
+  start_ejectable();
   f.next_fail_with = 0;
 
   auto r = s.apply({}, 10 * kSecond);
@@ -112,11 +119,8 @@ TEST(BackendSupervisor, an_ejection_falls_back_to_observe_and_restarts_after_a_b
   EXPECT_TRUE(s.apply({}, 12 * kSecond).ok());
 }
 
-TEST(BackendSupervisor, backoff_doubles_with_each_restart) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;  // every backend made is ejected on its first apply
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest, backoff_doubles_with_each_restart) {
+  start_ejectable();
   std::uint64_t now = 100 * kSecond;
   for (std::uint32_t i = 0; i < BackendSupervisor::kMaxRestarts; ++i) {
     (void)s.apply({}, now);
@@ -127,23 +131,17 @@ TEST(BackendSupervisor, backoff_doubles_with_each_restart) {
   }
 }
 
-TEST(BackendSupervisor, a_restart_request_reloads_at_once) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
+TEST_F(BackendSupervisorTest, a_restart_request_reloads_at_once) {
   f.next_retry = enforce::Backend::Retry::now;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+  start_ejectable();
   (void)s.apply({}, 5 * kSecond);
   EXPECT_EQ(s.restart_at_ns(), 5 * kSecond);
   s.maybe_restart(5 * kSecond);
   EXPECT_EQ(s.restarts(), 1U);
 }
 
-TEST(BackendSupervisor, gives_up_and_observes_after_max_restarts) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest, gives_up_and_observes_after_max_restarts) {
+  start_ejectable();
   std::uint64_t now = kSecond;
   for (std::uint32_t i = 0; i < BackendSupervisor::kMaxRestarts; ++i) {
     (void)s.apply({}, now);
@@ -160,23 +158,17 @@ TEST(BackendSupervisor, gives_up_and_observes_after_max_restarts) {
   EXPECT_TRUE(s.apply({}, now + 3600 * kSecond).ok()) << "observe-only accepts every tick";
 }
 
-TEST(BackendSupervisor, an_exit_that_asks_for_no_retry_observes_at_once) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
+TEST_F(BackendSupervisorTest, an_exit_that_asks_for_no_retry_observes_at_once) {
   f.next_retry = enforce::Backend::Retry::no;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+  start_ejectable();
   (void)s.apply({}, kSecond);
   EXPECT_EQ(s.name(), "observe");
   EXPECT_EQ(s.restart_at_ns(), 0U);
   EXPECT_EQ(s.restarts(), 0U);
 }
 
-TEST(BackendSupervisor, a_failed_restart_is_retried_with_the_next_backoff_then_given_up) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest, a_failed_restart_is_retried_with_the_next_backoff_then_given_up) {
+  start_ejectable();
   (void)s.apply({}, 0);
   f.refuse = true;
   std::uint64_t now = s.restart_at_ns();
@@ -192,10 +184,8 @@ TEST(BackendSupervisor, a_failed_restart_is_retried_with_the_next_backoff_then_g
   EXPECT_EQ(s.name(), "observe");
 }
 
-TEST(BackendSupervisor, other_apply_errors_keep_the_backend) {
-  FakeFactory f;
+TEST_F(BackendSupervisorTest, other_apply_errors_keep_the_backend) {
   f.next_fail_with = EIO;
-  BackendSupervisor s(f.factory());
   ASSERT_TRUE(s.start("userspace").ok());
   auto r = s.apply({}, kSecond);
   ASSERT_FALSE(r.ok());
@@ -205,9 +195,7 @@ TEST(BackendSupervisor, other_apply_errors_keep_the_backend) {
   EXPECT_EQ(s.restart_at_ns(), 0U);
 }
 
-TEST(BackendSupervisor, stop_restores_once) {
-  FakeFactory f;
-  BackendSupervisor s(f.factory());
+TEST_F(BackendSupervisorTest, stop_restores_once) {
   ASSERT_TRUE(s.start("userspace").ok());
   s.forget(42);
   EXPECT_EQ(f.j.forgotten, std::vector<std::uint32_t>{42});
@@ -226,11 +214,9 @@ TEST(BackendSupervisor, destruction_restores_a_backend_not_stopped) {
   EXPECT_EQ(f.j.shutdowns, 1);
 }
 
-TEST(BackendSupervisor, counts_ejections_by_exit_kind_and_keeps_the_ejected_backends_counters) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest,
+       counts_ejections_by_exit_kind_and_keeps_the_ejected_backends_counters) {
+  start_ejectable();
   EXPECT_TRUE(s.ejections().empty());
   EXPECT_FALSE(s.apply({}, 0).ok());  // ejected: observe stands in, its counters are none
   EXPECT_EQ(s.ejections(), (BackendSupervisor::CountByName{{"ERROR_STALL", 1}}));
@@ -248,11 +234,8 @@ TEST(BackendSupervisor, counts_ejections_by_exit_kind_and_keeps_the_ejected_back
   EXPECT_EQ(s.failed_restarts(), 0U);
 }
 
-TEST(BackendSupervisor, counts_restarts_that_fail_to_load) {
-  FakeFactory f;
-  f.next_fail_with = ECANCELED;
-  BackendSupervisor s(f.factory());
-  ASSERT_TRUE(s.start("sched_ext").ok());
+TEST_F(BackendSupervisorTest, counts_restarts_that_fail_to_load) {
+  start_ejectable();
   EXPECT_FALSE(s.apply({}, 0).ok());
   f.refuse = true;
   s.maybe_restart(kSecond);
