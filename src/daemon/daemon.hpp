@@ -220,11 +220,11 @@ class Daemon final : private ControlHost {
   std::vector<collect::TrackedProcess> tick_processes_;  // scratch
   std::vector<std::uint32_t> children_;  // scratch
   std::unordered_set<std::uint32_t> reported_new_;  // new_process_appeared, since the last scan
-  collect::TickResult tick_result_;  // scratch
+  collect::TickResult tick_result_;                 // scratch
   std::vector<policy::Decision> decisions_;
   collect::GpuProcessMap nvml_procs_;
   bool nvml_procs_fresh_ = false;  // nvml_procs_ was read on this tick
-  collect::GpuUtilization gpu_util_;  // NVML's utilisation this tick
+  collect::GpuUtilization gpu_util_;                             // NVML's utilisation this tick
   std::uint64_t tick_ns_ = 100'000'000;                          // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;

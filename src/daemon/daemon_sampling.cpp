@@ -170,8 +170,7 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
   drain_phase_events();
   tick_processes_.clear();
   for (const auto& [pid, t] : tracked_) {
-    tick_processes_.push_back(
-        {pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role});
+    tick_processes_.push_back({pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role});
   }
   collect::TickInputs in;
   in.processes = tick_processes_;
