@@ -139,8 +139,10 @@ class TickBuilder {
   std::vector<ProcessSignals> samples_;  // scratch
 };
 
-// True when the sample says the pid no longer holds the registered process (`start`, 0 unknown):
-// it exited, or a new process has it.
+// True when the sample says the pid no longer holds the registered process (`start`, 0 unknown;
+// a discovered process, or one named by `tenant assign`): it exited, or a new process has it,
+// whose tenant and state are not the old one's. Discovery registers the new one afresh if it
+// qualifies.
 bool is_another_process(const ProcessSignals& s, std::uint64_t start);
 
 }  // namespace zernel::collect
