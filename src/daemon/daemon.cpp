@@ -239,7 +239,7 @@ void Daemon::open_nvml() {
   nvml_ = std::move(*nvml);
   spdlog::info("NVML {} ({}): {} GPU(s)", nvml_->driver_version(), nvml_->library(),
                nvml_->devices().size());
-  device_util_.assign(nvml_->devices().size() + 1, 0);
+  gpu_util_.device.assign(nvml_->devices().size() + 1, 0);
 }
 
 void Daemon::open_probes() {
@@ -340,7 +340,8 @@ Result<void> Daemon::open_machine_settings() {
 
 void Daemon::enable_delay_accounting(const std::shared_ptr<enforce::SettingsJournal>& journal) {
   auto acct = sys::DelayAcctGuard::enable(opts_.proc_root, delayacct_journal(journal));
-  collect::SignalsOptions sig;
+  collect::TickBuilder::Options tick;
+  collect::SignalsOptions& sig = tick.signals;
   sig.proc_root = opts_.proc_root;
   if (acct) {
     if (acct->changed() && !acct->original()) {
@@ -352,7 +353,7 @@ void Daemon::enable_delay_accounting(const std::shared_ptr<enforce::SettingsJour
     spdlog::warn("io wait is not measured: {}", acct.error().message());
     sig.measure_io_wait = false;
   }
-  signals_ = collect::SignalSampler(sig);
+  tick_builder_ = collect::TickBuilder(std::move(tick));
 }
 
 std::uint16_t Daemon::http_port() const { return http_ ? http_->port() : 0; }
@@ -442,6 +443,7 @@ void Daemon::drop(std::uint32_t pid) {
 #endif
   engine_.unregister_task(pid);
   backend_.forget(pid);
+  tick_builder_.forget(pid);
   tracked_.erase(pid);
   event_phase_.erase(pid);
 }

@@ -10,7 +10,10 @@
 //
 // The Daemon orchestrates; the parts live in their own files:
 //   daemon.cpp               start-up wiring, the loop and its wake-ups, decide, publish, stop
-//   daemon_sampling.cpp      steps 1 and 2: collectors -> task updates
+//   daemon_sampling.cpp      steps 1 and 2: discovery, NVML, then collect::TickBuilder
+//                            (collect/tick_builder.hpp) merges the signals into task updates;
+//                            the daemon gives them to the engine, drops the processes it says
+//                            are gone and adds CPU time to tenants
 //   backend_supervisor.hpp   step 3's backend: ejection, restart with backoff, fallback, restore
 //   runtime_control.hpp      control-socket requests (daemon/control.hpp) and SIGHUP's reload,
 //                            served on this same loop thread between ticks, so the engine stays
@@ -30,6 +33,7 @@
 #include "collect/discovery.hpp"
 #include "collect/pod_resources.hpp"
 #include "collect/signals.hpp"
+#include "collect/tick_builder.hpp"
 #include "sys/delayacct.hpp"
 #include "sys/nvml.hpp"
 #ifdef ZERNEL_HAVE_PROBES
@@ -131,9 +135,7 @@ class Daemon final : private ControlHost {
   void mark_worker_owners(const collect::DiscoveryResult& scan);
   void refresh_gpu_utilization();
   void sample_signals(std::uint64_t now_ns);
-  bool is_another_process(const collect::ProcessSignals& s);
   void decide(std::uint64_t now_ns);
-  std::optional<float> worker_busy_fraction(std::uint32_t pid, std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   // /metrics' series beyond the engine's (daemon_metrics.cpp): build, backend and probe counters,
   // tenants' CPU time and achieved share, GPUs.
@@ -141,7 +143,7 @@ class Daemon final : private ControlHost {
   void add_tenant_cpu(telemetry::Snapshot& s);
   void add_gpus(telemetry::Snapshot& s) const;
   // A tracked process's CPU time of the last interval, added to its tenant's (if it has one).
-  void account_tenant_cpu(const collect::ProcessSignals& s);
+  void account_tenant_cpu(std::uint32_t pid, std::optional<std::uint64_t> cpu_time_ns);
   void drop(std::uint32_t pid);
   void shutdown();
   void service_wakeup(int reload_fd);
@@ -177,7 +179,7 @@ class Daemon final : private ControlHost {
   }
   std::optional<sys::DelayAcctGuard> delayacct_;
   collect::ProcessDiscovery discovery_;
-  collect::SignalSampler signals_;
+  collect::TickBuilder tick_builder_;
   collect::CpuLoadSampler cpu_load_;
   telemetry::PhaseLog phase_log_;
   telemetry::SnapshotStore store_;
@@ -194,8 +196,6 @@ class Daemon final : private ControlHost {
     std::optional<std::uint32_t> gpu;
     collect::ProcessRole role = collect::ProcessRole::matched;
     bool has_workers = false;  // a GPU owner with DataLoader workers
-    std::uint64_t schedstat_busy_ns = 0;  // workers: run + run-queue wait at schedstat_at_ns
-    std::uint64_t schedstat_at_ns = 0;
     bool probed = false;      // the GPU sync probes are attached to a libcuda it maps
     bool event_role = false;  // its phases come from the BPF event rules (phase_events.cpp)
     // /proc/PID/stat field 22 when registered: with the pid, the process's identity (0: unknown)
@@ -216,33 +216,15 @@ class Daemon final : private ControlHost {
 #ifdef ZERNEL_HAVE_PROBES
   std::vector<collect::PhaseEvent> phase_events_;  // scratch
 #endif
-  void apply_probes(std::uint32_t pid, const Tracked& t, std::uint64_t now_ns, bool runnable,
-                    std::optional<std::uint32_t> nvml_util, policy::TaskUpdate& u,
-                    std::uint64_t& main_futex_wait_ns);
-  // GPU utilisation of a process this tick: `measured` when NVML gave per-process figures.
-  struct GpuUtil {
-    std::uint32_t pct = 0;
-    bool measured = false;
-  };
-  [[nodiscard]] GpuUtil gpu_utilization_of(std::uint32_t pid, const Tracked& t) const;
-  policy::TaskUpdate task_update(const collect::ProcessSignals& s, std::uint64_t now_ns);
-  void set_cpu_fraction(const collect::ProcessSignals& s, std::uint64_t now_ns,
-                        policy::TaskUpdate& u);
-  void apply_main_thread_wait(std::uint32_t pid, const Tracked& t, std::uint64_t main_futex_wait_ns,
-                              policy::TaskUpdate& u);
-  static void trace_update(const collect::ProcessSignals& s, const Tracked& t,
-                           const policy::TaskUpdate& u);
   std::unordered_map<std::uint32_t, Tracked> tracked_;
-  std::vector<std::uint32_t> pids_;  // scratch
+  std::vector<collect::TrackedProcess> tick_processes_;  // scratch
   std::vector<std::uint32_t> children_;  // scratch
   std::unordered_set<std::uint32_t> reported_new_;  // new_process_appeared, since the last scan
-  std::vector<collect::ProcessSignals> samples_;
+  collect::TickResult tick_result_;                 // scratch
   std::vector<policy::Decision> decisions_;
   collect::GpuProcessMap nvml_procs_;
   bool nvml_procs_fresh_ = false;  // nvml_procs_ was read on this tick
-  std::unordered_map<std::uint32_t, std::uint32_t> proc_util_;  // pid -> SM %
-  bool proc_util_ok_ = false;  // every device answered the per-process query this tick
-  std::vector<std::uint32_t> device_util_;                       // by device index
+  collect::GpuUtilization gpu_util_;                             // NVML's utilisation this tick
   std::uint64_t tick_ns_ = 100'000'000;                          // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;

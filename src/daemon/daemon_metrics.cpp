@@ -37,15 +37,15 @@ std::string metrics_node_name() {
   return "unknown";
 }
 
-void Daemon::account_tenant_cpu(const collect::ProcessSignals& s) {
-  if (!s.cpu_time_ns || *s.cpu_time_ns == 0) return;
-  const policy::TaskState* t = engine_.task(s.pid);
+void Daemon::account_tenant_cpu(std::uint32_t pid, std::optional<std::uint64_t> cpu_time_ns) {
+  if (!cpu_time_ns || *cpu_time_ns == 0) return;
+  const policy::TaskState* t = engine_.task(pid);
   if (t == nullptr || !engine_.tenants().valid(t->tenant)) return;
   const std::string& id = engine_.tenants().spec(t->tenant).id;
   if (auto it = tenant_cpu_ns_.find(id); it != tenant_cpu_ns_.end()) {
-    it->second += *s.cpu_time_ns;
+    it->second += *cpu_time_ns;
   } else {
-    tenant_cpu_ns_.emplace(id, *s.cpu_time_ns);
+    tenant_cpu_ns_.emplace(id, *cpu_time_ns);
   }
 }
 
@@ -118,7 +118,9 @@ void Daemon::add_gpus(telemetry::Snapshot& s) const {
     g.index = d.index;
     g.uuid = d.uuid;
     g.bus_id = d.bus_id;
-    if (has_util && d.index < device_util_.size()) g.utilization_pct = device_util_[d.index];
+    if (has_util && d.index < gpu_util_.device.size()) {
+      g.utilization_pct = gpu_util_.device[d.index];
+    }
     for (const telemetry::TaskView& t : s.tasks) {
       if (t.gpu_id < 0 || static_cast<std::uint32_t>(t.gpu_id) != d.index) continue;
       ++g.phase_tasks[policy::index_of(t.phase)];
