@@ -413,8 +413,7 @@ struct task_ctx {
 				 * decision's (phase_follow) */
 	u8 pkicked;		/* 1: the phase timer kicked its CPU (ops.enqueue keeps it there) */
 	u8 __pad[2];
-	u64 psince_ns;		/* ns, CLOCK_MONOTONIC: since_ns of the thread's last phase change
-				 * the delay measure has counted (phase_delay) */
+	u64 psince_ns; /* ns: since_ns of the last phase change phase_delay counted */
 };
 
 struct {
@@ -467,16 +466,16 @@ const volatile u32 zernel_follow_phases;
 const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
 
 enum {
-	ZERNEL_PHASE_KICK_NS = 250000,	/* the phase timer's period */
-	ZERNEL_PHASE_KICK_TRIES = 4,	/* periods it looks for the change (1 ms) */
+	ZERNEL_PHASE_KICK_NS = 250000, /* the phase timer's period */
+	ZERNEL_PHASE_KICK_TRIES = 4,   /* periods it looks for the change (1 ms) */
 };
 
 /* Per CPU: the phase timer (PHASES OF THREADS), armed by ops.running for the thread it runs. */
 struct phase_kick {
 	struct bpf_timer timer;
-	s32 pid;		/* the thread it watches */
-	s32 cpu;		/* this entry's CPU */
-	u32 tries;		/* periods left */
+	s32 pid;   /* the thread it watches */
+	s32 cpu;   /* this entry's CPU */
+	u32 tries; /* periods left */
 	u32 __pad;
 };
 
@@ -1007,8 +1006,7 @@ static __always_inline void phase_delay(struct task_ctx *tctx, u64 since_ns, u64
  * from a wakeup. True when the policy changed; callers account the thread afterwards
  * (task_wakes, task_account), which carries a changed weight into its node.
  */
-static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx,
-					 bool waking)
+static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx, bool waking)
 {
 	const volatile struct zernel_phase_policy *pol;
 	struct zernel_phase_thread *st;
