@@ -1420,6 +1420,14 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	account_run(prev, tctx, now);
 	if (task_throttled(tctx))
 		return false;
+	/*
+	 * Its slice ended (or the phase timer kicked it): a phase it changed to while running
+	 * applies now, as ops.enqueue would apply it. Kept, the kick has done its work; not kept,
+	 * ops.enqueue puts a kicked thread back first (pkicked), since the kick, not its slice,
+	 * ended its run.
+	 */
+	if (phase_follow(prev, tctx, false))
+		task_account(prev, tctx);
 	share = task_share(prev, tctx);
 	req = vscale(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
@@ -1445,6 +1453,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	}
 	if (time_before(vtime_now, key))
 		vtime_now = key;
+	tctx->pkicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice);
 	cs = task_cpu_state(prev);
 	if (cs)
