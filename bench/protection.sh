@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The protection benchmark: does a training job keep its speed when a noisy neighbour moves in?
 #
-# Four arms, each a run of zernel-workload on the emulated GPU:
+# Five arms, each a run of zernel-workload on the emulated GPU:
 #   solo    the job alone
 #   stock   the job next to CPU hogs (`zernel-workload noise`, twice as many threads as CPUs),
 #           stock Linux scheduler
@@ -9,7 +9,11 @@
 #   zernel  the same hogs at nice 0, with `zernel-scheduler --backend userspace --emulated-gpu`
 #           started before the job (it finds the job through the emulated NVML, its DataLoader
 #           workers as the ranks' descendants, and renices them by phase; the hogs are not ML
-#           processes and are left alone)
+#           processes and are left alone), phases from events (`[phase_detection] mode =
+#           "events"`, the default: the probes' per-thread phase state machine)
+#   periodic the same daemon with `[phase_detection] mode = "periodic"` (phases from signals
+#           sampled every phase_eval_interval_ms, committed after phase_stability_count equal
+#           samples): what phases from events buy, in the same run
 # Each arm runs --reps times, interleaved (rep r runs the arms in an order rotated by r, so drift
 # on the machine hits every arm alike). Per arm: the median over the reps of steps/s, step p50 and
 # step p99 (from the job's closing summary, warm-up steps left out); relative = steps/s / solo
@@ -40,11 +44,12 @@ usage() {
                      halved (unless given explicitly)
   --check            exit 1 unless every arm produced sane figures (CI)
   --check-targets    exit 3 when the zernel arm misses the targets
-  --arms LIST        comma-separated subset of solo,stock,nice19,zernel (default: all four)
+  --arms LIST        comma-separated subset of solo,stock,nice19,periodic,zernel (default: all
+                     five; periodic and zernel differ only in [phase_detection] mode)
   --bin DIR          where zernel-workload and zernel-scheduler are (default $ZERNEL_BIN or build/bin)
   --hog-threads N    CPU hog threads (default 2 x CPUs)
-  --backend KIND     the daemon's backend in the zernel arm (default userspace; observe shows
-                     what the daemon costs without enforcing anything)
+  --backend KIND     the daemon's backend in the periodic and zernel arms (default userspace;
+                     observe shows what the daemon costs without enforcing anything)
   --job-args 'ARGS'  replace the job's shape (default: the JOB_ARGS below)
   --own-session      start the hogs in a session of their own (setsid): with autogroup on
                      (kernel.sched_autogroup_enabled, Debian's default), the kernel then shares
@@ -66,7 +71,7 @@ steps=200
 warmup=40
 check=0
 check_targets=0
-arms_arg="solo,stock,nice19,zernel"
+arms_arg="solo,stock,nice19,periodic,zernel"
 bin=${ZERNEL_BIN:-$here/../build/bin}
 cpus=$(nproc)
 hog_threads=$((2 * cpus))
@@ -125,8 +130,8 @@ arms=()
 IFS=',' read -r -a requested <<< "$arms_arg"
 for a in "${requested[@]}"; do
   case $a in
-    solo|stock|nice19|zernel) [[ " ${arms[*]-} " == *" $a "* ]] || arms+=("$a") ;;
-    *) die_usage "unknown arm '$a' in --arms (arms: solo, stock, nice19, zernel)" ;;
+    solo|stock|nice19|periodic|zernel) [[ " ${arms[*]-} " == *" $a "* ]] || arms+=("$a") ;;
+    *) die_usage "unknown arm '$a' in --arms (arms: solo, stock, nice19, periodic, zernel)" ;;
   esac
 done
 [[ ${#arms[@]} -gt 0 ]] || die_usage "--arms is empty"
@@ -139,10 +144,10 @@ scheduler=$bin/zernel-scheduler
 missing=()
 [[ -x $workload ]] || missing+=("$workload")
 [[ -f $bin/../lib/fake/libcuda.so.1 ]] || missing+=("$bin/../lib/fake/libcuda.so.1 (the emulated GPU)")
-if [[ " ${arms[*]} " == *" zernel "* ]]; then
+if [[ " ${arms[*]} " == *" zernel "* || " ${arms[*]} " == *" periodic "* ]]; then
   [[ -x $scheduler ]] || missing+=("$scheduler")
   [[ -f $bin/../lib/fake/libnvidia-ml.so.1 ]] || missing+=("$bin/../lib/fake/libnvidia-ml.so.1 (the emulated NVML)")
-  [[ $(id -u) -eq 0 ]] || { echo "protection.sh: the zernel arm needs root (it lowers nice values)" >&2; exit 1; }
+  [[ $(id -u) -eq 0 ]] || { echo "protection.sh: the periodic and zernel arms need root (it lowers nice values)" >&2; exit 1; }
 fi
 if [[ ${#missing[@]} -gt 0 ]]; then
   echo "protection.sh: missing (build them, or point --bin / ZERNEL_BIN at a bin directory):" >&2
@@ -230,12 +235,16 @@ sample_nice() {
 run_arm() {
   local arm=$1 rep=$2 dir=$tmp/$1.$2 port hogs="" daemon="" job sampler="" rc
   mkdir -p "$dir"
-  if [[ $arm == zernel ]]; then
+  if [[ $arm == zernel || $arm == periodic ]]; then
+    local mode=events
+    [[ $arm == periodic ]] && mode=periodic
     port=$(free_port)
     cat > "$dir/daemon.toml" <<TOML
 [general]
 phase_eval_interval_ms = 100
 gpu_poll_interval_ms = 200
+[phase_detection]
+mode = "$mode"
 [telemetry]
 metrics_port = $port
 TOML
@@ -431,6 +440,11 @@ for arm, e in result.items():
           f"{fmt(e.get('step_p50_ms'), '9.1f')} {fmt(e.get('step_p99_ms'), '9.1f')} "
           f"{fmt(e.get('p99_vs_solo'), '9.2f')} {fmt(e.get('data_wait_mean_ms'), '8.1f')}  "
           f"{'; '.join(notes)}")
+p = result.get("periodic", {})
+if "relative" in z and "relative" in p:
+    print(f"phases from events (zernel) against periodic phases: {z['relative']:.3f} against "
+          f"{p['relative']:.3f} of solo steps/s, step p99 {z['step_p99_ms']:.1f} against "
+          f"{p['step_p99_ms']:.1f} ms")
 if targets:
     print(f"zernel targets (>= {MIN_RELATIVE:.0%} of solo steps/s, p99 <= {MAX_P99_RATIO}x solo): "
           f"{'met' if targets['met'] else 'MISSED'}")

@@ -167,6 +167,16 @@ struct zernel_tenant_load {
 	X(PHASE_FOLLOWED, phase_followed) /* a thread's own phase (probes) replaced the policy it	\
 					 * was scheduled with, at a wakeup or an enqueue */		\
 	X(PHASE_FOLLOWED_1MS, phase_followed_1ms) /* of those, within 1 ms of the phase's event */	\
+	/* Phase changes by how long the thread was runnable or running before the scheduler	\
+	 * acted on them (docs/sched-ext.md "How fast a phase change is applied"); exclusive	\
+	 * buckets, one count per change */							\
+	X(PHASE_DELAY_100US, phase_delay_100us)	/* at most 0.1 ms (a wakeup: 0) */		\
+	X(PHASE_DELAY_1MS, phase_delay_1ms)	/* over 0.1 ms, at most 1 ms */			\
+	X(PHASE_DELAY_4MS, phase_delay_4ms)	/* over 1 ms, at most 4 ms (a tick at HZ=250) */	\
+	X(PHASE_DELAY_LONG, phase_delay_long)	/* over 4 ms */					\
+	X(PHASE_TICK, phase_tick)	/* of the changes, applied by ops.tick to a running thread */	\
+	X(PHASE_KICK, phase_kick)	/* CPUs kicked so that a running thread's changed phase	\
+					 * applies (the phase timer of ops.running) */		\
 	/* ns of CPU time run by decided tasks, one counter per phase, in enum zernel_phase order */	\
 	X(RUN_NS_DATA_LOADING, run_ns_data_loading)							\
 	X(RUN_NS_GPU_COMPUTE, run_ns_gpu_compute)							\

@@ -160,6 +160,8 @@
  *   runnable thread and its last going to sleep walk up the tree (under tree_lock, level by
  *   level). cpu.max costs nothing while no cgroup has a quota (bw_nr == 0): no ops.tick work, no
  *   throttle checks; with quotas, only threads below one pay an ancestor walk per charge.
+ *   (With phases from events, ops.tick looks up the running thread's task_ctx, and for a thread
+ *   of a decided process its phase: one or two task-storage lookups per tick, 250/s a CPU.)
  * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
@@ -409,7 +411,9 @@ struct task_ctx {
 	u8 limited;		/* 1: its node or an ancestor has a cpu.max quota (last charge) */
 	u8 tphase;		/* zernel_phase_policy index it follows now; ZERNEL_NO_PHASE: the
 				 * decision's (phase_follow) */
-	u8 __pad[3];
+	u8 pkicked;		/* 1: the phase timer kicked its CPU (ops.enqueue keeps it there) */
+	u8 __pad[2];
+	u64 psince_ns; /* ns: since_ns of the last phase change phase_delay counted */
 };
 
 struct {
@@ -429,6 +433,27 @@ struct {
  * tenant, the preferred CPU and the cgroup stay the decision's. A GpuCompute thread woken inside
  * a sync it slept in gets the last entry: the engine's blocked GPU waiter, whose wait is ending.
  * Without phases from events the map is this object's own, empty, and nothing changes.
+ *
+ * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
+ * switched in) has no wakeup to be applied at: ops.tick applies it (phase_tick), at most a tick
+ * (4 ms at HZ=250) after it, else the next enqueue would (a slice's end: up to 20 ms). For the
+ * two that come right after a wakeup (a thread woken in a GPU sync or an NCCL wait returns from
+ * it: -> OptimizerStep), ops.running arms its CPU's phase timer (phase_kicks): every
+ * ZERNEL_PHASE_KICK_NS, up to ZERNEL_PHASE_KICK_TRIES times, it looks whether the thread still
+ * runs there with a change the scheduler has not acted on, and then kicks the CPU
+ * (SCX_KICK_PREEMPT): the thread goes through ops.enqueue, which applies the phase and puts it
+ * back at the head of its CPU's local DSQ, so that it runs on with the new slice and weight
+ * rather than losing its CPU to the kick (placed in the shared queue, a thread that ran a while
+ * queues behind the hogs' 20 ms slices: a first VM run did that, and lost throughput). Cost: a timer start per such wakeup (two or three per training step
+ * and rank), a timer interrupt per try, and one extra pass through the scheduler per change.
+ *
+ * How fast (the delay measure, docs/sched-ext.md): each change the probes commit is counted once
+ * in the phase_delay_* buckets, by the time the thread was runnable or running with it before the
+ * scheduler acted on it: 0 when it changed while the thread slept (applied at the wakeup); now
+ * minus the change at a non-waking enqueue or a tick; and when the thread goes to sleep first
+ * (ops.stopping), the time it ran with it unapplied. tctx->psince_ns marks the change counted.
+ * Weaknesses: a change replaced by another before any of these (two changes in one run of the
+ * thread) is not counted, only the later one; changes of threads without a decision are not.
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -439,6 +464,27 @@ struct {
 
 const volatile u32 zernel_follow_phases;
 const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
+
+enum {
+	ZERNEL_PHASE_KICK_NS = 250000, /* the phase timer's period */
+	ZERNEL_PHASE_KICK_TRIES = 4,   /* periods it looks for the change (1 ms) */
+};
+
+/* Per CPU: the phase timer (PHASES OF THREADS), armed by ops.running for the thread it runs. */
+struct phase_kick {
+	struct bpf_timer timer;
+	s32 pid;   /* the thread it watches */
+	s32 cpu;   /* this entry's CPU */
+	u32 tries; /* periods left */
+	u32 __pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ZERNEL_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct phase_kick);
+} phase_kicks SEC(".maps");
 
 /*
  * What each CPU runs, for the preemption victim search. Per-CPU, so that each CPU's entry has a
@@ -941,28 +987,47 @@ static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
 	return tctx;
 }
 
+/* Counts the thread's current phase change (since_ns) in its delay bucket, once. */
+static __always_inline void phase_delay(struct task_ctx *tctx, u64 since_ns, u64 delay)
+{
+	tctx->psince_ns = since_ns;
+	if (delay <= 100000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_100US);
+	else if (delay <= 1000000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_1MS);
+	else if (delay <= 4000000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_4MS);
+	else
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_LONG);
+}
+
 /*
  * Schedules a thread of a decided process by its own phase (PHASES OF THREADS above). `waking`:
- * from a wakeup. Callers account the thread afterwards (task_wakes, task_account), which
- * carries a changed weight into its node.
+ * from a wakeup. True when the policy changed; callers account the thread afterwards
+ * (task_wakes, task_account), which carries a changed weight into its node.
  */
-static __always_inline void phase_follow(struct task_struct *p, struct task_ctx *tctx,
-					 bool waking)
+static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx, bool waking)
 {
 	const volatile struct zernel_phase_policy *pol;
 	struct zernel_phase_thread *st;
 	u32 idx;
 
 	if (!zernel_follow_phases || !tctx->weight)
-		return;
+		return false;
 	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
 	if (!st)
-		return;
+		return false;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
 		idx = ZERNEL_PHASE_NR;
-	if (idx == tctx->tphase || idx > ZERNEL_PHASE_NR)
-		return;
+	if (idx == tctx->tphase || idx > ZERNEL_PHASE_NR) {
+		/* Nothing to apply (it changed and changed back): nothing to count later. */
+		tctx->psince_ns = st->since_ns;
+		return false;
+	}
+	if (st->since_ns != tctx->psince_ns)
+		phase_delay(tctx, st->since_ns,
+			    waking ? 0 : time_delta(bpf_ktime_get_ns(), st->since_ns));
 	pol = &zernel_phase_policy[idx];
 	tctx->tphase = idx;
 	tctx->phase = idx < ZERNEL_PHASE_NR ? idx : ZERNEL_PHASE_GPU_COMPUTE;
@@ -975,6 +1040,26 @@ static __always_inline void phase_follow(struct task_struct *p, struct task_ctx 
 	/* The probes stamp with bpf_ktime_get_ns (CLOCK_MONOTONIC), not the rq clock of now_ns(). */
 	if (idx < ZERNEL_PHASE_NR && time_delta(bpf_ktime_get_ns(), st->since_ns) <= 1000000)
 		stat_inc(ZERNEL_STAT_PHASE_FOLLOWED_1MS);
+	return true;
+}
+
+/*
+ * A followed thread goes to sleep: a phase change it ran with and the scheduler did not act on
+ * is counted with the time it ran (its wakeup applies it, and must not count it as a wakeup's).
+ */
+static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st;
+	u32 idx;
+
+	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+	if (!st || st->since_ns == tctx->psince_ns)
+		return;
+	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
+	if (idx == tctx->tphase)
+		tctx->psince_ns = st->since_ns;
+	else
+		phase_delay(tctx, st->since_ns, time_delta(bpf_ktime_get_ns(), st->since_ns));
 }
 
 /*
@@ -1171,7 +1256,7 @@ static bool would_lead(u64 key)
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	bool woke;
+	bool woke, kicked;
 	u64 key, share;
 	s32 cpu;
 
@@ -1183,6 +1268,9 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 	phase_follow(p, tctx, enq_flags & SCX_ENQ_WAKEUP);
+	kicked = tctx->pkicked;
+	if (kicked)
+		tctx->pkicked = 0;
 	if (tctx->weight) {
 		stat_inc(ZERNEL_STAT_DECIDED);
 		if (has_tenant(tctx))
@@ -1217,6 +1305,13 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	 */
 	if (enq_flags & SCX_ENQ_LAST) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice, enq_flags);
+		stat_inc(ZERNEL_STAT_LOCAL);
+		return;
+	}
+
+	/* Put back by the phase timer's kick (PHASES OF THREADS): it runs on, by its new phase. */
+	if (kicked && !(enq_flags & SCX_ENQ_WAKEUP)) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice, enq_flags | SCX_ENQ_HEAD);
 		stat_inc(ZERNEL_STAT_LOCAL);
 		return;
 	}
@@ -1325,6 +1420,14 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	account_run(prev, tctx, now);
 	if (task_throttled(tctx))
 		return false;
+	/*
+	 * Its slice ended (or the phase timer kicked it): a phase it changed to while running
+	 * applies now, as ops.enqueue would apply it. Kept, the kick has done its work; not kept,
+	 * ops.enqueue puts a kicked thread back first (pkicked), since the kick, not its slice,
+	 * ended its run.
+	 */
+	if (phase_follow(prev, tctx, false))
+		task_account(prev, tctx);
 	share = task_share(prev, tctx);
 	req = vscale(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
@@ -1350,6 +1453,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	}
 	if (time_before(vtime_now, key))
 		vtime_now = key;
+	tctx->pkicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice);
 	cs = task_cpu_state(prev);
 	if (cs)
@@ -1375,6 +1479,73 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 	scx_bpf_dsq_move_to_local(ZERNEL_DSQ_SHARED, 0);
 }
 
+/*
+ * The phase timer (PHASES OF THREADS): kicks the CPU when the thread it watches runs there with a
+ * phase change the scheduler has not acted on; else looks again a period later, up to its tries.
+ */
+static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
+{
+	struct zernel_phase_thread *st;
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	bool again = false;
+
+	p = bpf_task_from_pid(k->pid);
+	if (!p)
+		return 0;
+	if (scx_bpf_task_running(p) && scx_bpf_task_cpu(p) == k->cpu) {
+		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+		st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+		if (tctx && st && st->since_ns != tctx->psince_ns) {
+			tctx->pkicked = 1;
+			scx_bpf_kick_cpu(k->cpu, SCX_KICK_PREEMPT);
+			stat_inc(ZERNEL_STAT_PHASE_KICK);
+		} else if (k->tries > 1) {
+			k->tries--;
+			again = true;
+		}
+	}
+	bpf_task_release(p);
+	if (again)
+		bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, 0);
+	return 0;
+}
+
+static __always_inline void phase_kick_arm(struct task_struct *p)
+{
+	u32 cpu = scx_bpf_task_cpu(p);
+	struct phase_kick *k = bpf_map_lookup_elem(&phase_kicks, &cpu);
+
+	if (!k)
+		return;
+	k->pid = p->pid;
+	k->cpu = cpu;
+	k->tries = ZERNEL_PHASE_KICK_TRIES;
+	bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, 0);
+}
+
+/* ops.init: the phase timers, when threads follow their phases. */
+static s32 phase_kicks_init(void)
+{
+	struct phase_kick *k;
+	s32 ret;
+	u32 cpu;
+
+	if (!zernel_follow_phases)
+		return 0;
+	bpf_for(cpu, 0, nr_cpus) {
+		k = bpf_map_lookup_elem(&phase_kicks, &cpu);
+		if (!k)
+			return -ENOENT;
+		ret = bpf_timer_init(&k->timer, &phase_kicks, CLOCK_MONOTONIC);
+		if (!ret)
+			ret = bpf_timer_set_callback(&k->timer, phase_kick_fire);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
@@ -1395,6 +1566,9 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 	tctx->pub.running_at = now;
 	tctx->pub.queued_at = 0;
 	tctx->woke = 0;
+	if (zernel_follow_phases &&
+	    (tctx->tphase == ZERNEL_PHASE_NR || tctx->tphase == ZERNEL_PHASE_NCCL_COLLECTIVE))
+		phase_kick_arm(p);
 	/*
 	 * vtime_now follows the front of the queue: only a task that comes from the shared queue
 	 * (in vtime order) moves it. One that went straight to an idle CPU or was rescued may be
@@ -1421,6 +1595,8 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 	account_run(p, tctx, now_ns());
 	tc->running_at = 0;
 	if (!runnable) {
+		if (zernel_follow_phases && tctx->weight)
+			phase_sleeps(p, tctx);
 		/* Going to sleep: the burst ends, and the thread leaves its node's load. */
 		tc->last_burst_ns = tc->burst_ns;
 		tc->avg_burst_ns = tc->avg_burst_ns - (tc->avg_burst_ns >> 3) + (tc->burst_ns >> 3);
@@ -1430,18 +1606,53 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 }
 
 /*
- * Only while some cgroup has a quota: charges the running thread's cgroup as it runs, and ends
- * its slice at the tick that finds the quota spent (at most one tick over; the overrun is debt
- * that the next period pays back).
+ * A running thread whose phase changed since the scheduler last looked (PHASES OF THREADS): the
+ * time run so far is charged at the old weight, then the new phase's policy applies: its weight
+ * in the node and in the victim search, and its slice when shorter than what is left. (A new
+ * phase that preempts needs nothing more: the thread runs.)
+ */
+static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st;
+	struct cpu_state *cs;
+	u64 now;
+
+	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+	if (!st || st->since_ns == tctx->psince_ns)
+		return;
+	now = now_ns();
+	account_run(p, tctx, now);
+	if (!phase_follow(p, tctx, false))
+		return;
+	stat_inc(ZERNEL_STAT_PHASE_TICK);
+	task_account(p, tctx);
+	cs = task_cpu_state(p);
+	if (cs)
+		cs->weight = task_weight(p, tctx);
+	if (p->scx.slice > tctx->slice) {
+		scx_bpf_task_set_slice(p, tctx->slice);
+		if (cs)
+			cs->slice_end = now + tctx->slice;
+	}
+}
+
+/*
+ * A followed thread's phase change made while it runs (phase_tick); and, while some cgroup has a
+ * quota, charges the running thread's cgroup as it runs and ends its slice at the tick that finds
+ * the quota spent (at most one tick over; the overrun is debt that the next period pays back).
  */
 void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 {
 	struct task_ctx *tctx;
 
-	if (!bw_nr)
+	if (!bw_nr && !zernel_follow_phases)
 		return;
 	tctx = task_ctx_get(p);
-	if (!tctx || !tctx->limited)
+	if (!tctx)
+		return;
+	if (zernel_follow_phases && tctx->weight)
+		phase_tick(p, tctx);
+	if (!bw_nr || !tctx->limited)
 		return;
 	account_run(p, tctx, now_ns());
 	if (task_throttled(tctx)) {
@@ -1819,6 +2030,8 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 	ret = start_timer(0, starve_scan, (u64)ZERNEL_STARVE_SCAN_US * 1000);
 	if (!ret)
 		ret = start_timer(1, bw_timer, ZERNEL_BW_TICK_NS);
+	if (!ret)
+		ret = phase_kicks_init();
 	if (ret) {
 		scx_bpf_error("starting the timers: %d", ret);
 		return ret;
