@@ -177,6 +177,8 @@ int run(int argc, char** argv) {
   add_top_command(app, top_cmd);
   RestoreCmd restore_cmd;
   add_restore_command(app, restore_cmd);
+  TraceCmd trace_cmd;
+  add_trace_command(app, trace_cmd);
   app.require_subcommand(0, 1);
 
   try {
@@ -199,6 +201,7 @@ int run(int argc, char** argv) {
   if (status_cmd.cmd->parsed()) return run_status_command(status_cmd);
   if (top_cmd.cmd->parsed()) return run_top_command(top_cmd);
   if (restore_cmd.cmd->parsed()) return run_restore_command(restore_cmd);
+  if (trace_cmd.cmd->parsed()) return run_trace_command(trace_cmd);
 
   auto loaded = config::load_config(args.config_path);
   if (!loaded) {
