@@ -1,8 +1,9 @@
 #pragma once
 // The client subcommands of zernel-scheduler that talk to a running daemon through its control
 // socket (daemon/control.hpp): `tenant add|remove|list|assign` (tenant_cmd.cpp), `status`
-// (status_cmd.cpp), `top` (top_cmd.cpp) and `trace` (trace_cmd.cpp). Exit codes as in app.hpp: 0 ok, 1 the daemon refused
-// or failed the request (its reason is printed) or cannot be reached, 2 usage.
+// (status_cmd.cpp), `top` (top_cmd.cpp) and `trace` (trace_cmd.cpp). Exit codes as in app.hpp: 0
+// ok, 1 the daemon refused or failed the request (its reason is printed) or cannot be reached, 2
+// usage.
 
 #include <cstdint>
 #include <optional>

@@ -110,7 +110,8 @@ std::string_view op_name(ControlOp op) {
     case ControlOp::tenant_list: return "tenant_list";
     case ControlOp::tenant_assign: return "tenant_assign";
     case ControlOp::status: return "status";
-    case ControlOp::trace: return "trace";
+    case ControlOp::trace:
+      return "trace";
   }
   return "status";
 }
@@ -218,7 +219,9 @@ std::string request_line(const ControlRequest& r) {
       j["pid"] = r.pid;
       j["tenant"] = r.assign_to;
       break;
-    case ControlOp::trace: j["seconds"] = r.seconds; break;
+    case ControlOp::trace:
+      j["seconds"] = r.seconds;
+      break;
     case ControlOp::tenant_list:
     case ControlOp::status: break;
   }
@@ -483,13 +486,13 @@ bool ControlServer::waiting(Ticket ticket) const {
   });
 }
 
-void ControlServer::answer(Ticket ticket, const json& j, std::uint64_t now_ns) {
+void ControlServer::answer(Ticket ticket, const json& reply_json, std::uint64_t now_ns) {
   for (Client& c : clients_) {
     if (!c.fd.valid() || !c.waiting || c.ticket != ticket) continue;
     c.waiting = false;
     // A long reply may take several wake-ups to write: the usual timeout, from now.
     c.deadline_ns = now_ns + kClientTimeoutNs;
-    reply(c, j);
+    reply(c, reply_json);
     break;
   }
   std::erase_if(clients_, [](const Client& c) { return !c.fd.valid(); });

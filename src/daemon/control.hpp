@@ -133,7 +133,7 @@ class ControlServer {
   // Whether the client of a deferred request is still connected and waiting for its answer.
   [[nodiscard]] bool waiting(Ticket ticket) const;
   // Sends the answer of a deferred request (nothing when its client is gone).
-  void answer(Ticket ticket, const nlohmann::json& reply, std::uint64_t now_ns);
+  void answer(Ticket ticket, const nlohmann::json& reply_json, std::uint64_t now_ns);
 
   [[nodiscard]] std::uint64_t requests() const { return requests_; }
   [[nodiscard]] std::uint64_t refused() const { return refused_; }

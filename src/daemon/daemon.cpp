@@ -409,8 +409,7 @@ void Daemon::decide(std::uint64_t now_ns) {
   engine_.schedule_all(now_ns, decisions_);
   // The log gets the time the change was committed, not the tick's deadline: a late tick
   // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
-  const std::uint64_t committed_ns =
-      phase_log_.is_open() || trace_ ? monotonic_now_ns() : now_ns;
+  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_now_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
     if (trace_) trace_->decision(committed_ns, d);
     if (!d.phase_changed) continue;

@@ -18,16 +18,26 @@ namespace {
 // The names of collect::PhaseCause, for traces.
 std::string_view cause_name(std::uint8_t cause) {
   switch (static_cast<collect::PhaseCause>(cause)) {
-    case collect::PhaseCause::sync_enter: return "sync_enter";
-    case collect::PhaseCause::sync_return: return "sync_return";
-    case collect::PhaseCause::long_sync: return "long_sync";
-    case collect::PhaseCause::nccl_wait: return "nccl_wait";
-    case collect::PhaseCause::nccl_done: return "nccl_done";
-    case collect::PhaseCause::data_wait: return "data_wait";
-    case collect::PhaseCause::worker_run: return "worker_run";
-    case collect::PhaseCause::worker_idle: return "worker_idle";
-    case collect::PhaseCause::optimizer_bound: return "optimizer_bound";
-    case collect::PhaseCause::launch: return "launch";
+    case collect::PhaseCause::sync_enter:
+      return "sync_enter";
+    case collect::PhaseCause::sync_return:
+      return "sync_return";
+    case collect::PhaseCause::long_sync:
+      return "long_sync";
+    case collect::PhaseCause::nccl_wait:
+      return "nccl_wait";
+    case collect::PhaseCause::nccl_done:
+      return "nccl_done";
+    case collect::PhaseCause::data_wait:
+      return "data_wait";
+    case collect::PhaseCause::worker_run:
+      return "worker_run";
+    case collect::PhaseCause::worker_idle:
+      return "worker_idle";
+    case collect::PhaseCause::optimizer_bound:
+      return "optimizer_bound";
+    case collect::PhaseCause::launch:
+      return "launch";
   }
   return "event";
 }

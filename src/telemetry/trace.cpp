@@ -374,7 +374,8 @@ double ts_us(std::uint64_t t_ns, const TraceData& t, TraceClock clock) {
   if (clock == TraceClock::monotonic) return static_cast<double>(t_ns) / 1e3;
   const std::int64_t real = static_cast<std::int64_t>(t_ns) + t.realtime_offset_ns;
   // Whole microseconds exactly, then the fraction: a double holds epoch µs to ~0.25 µs.
-  return static_cast<double>(real / 1000) + static_cast<double>(real % 1000) / 1e3;
+  const std::int64_t whole_us = real / 1000;  // exact: the whole microseconds first
+  return static_cast<double>(whole_us) + static_cast<double>(real % 1000) / 1e3;
 }
 
 // Names by thread and by process, looked up once per track.
@@ -412,6 +413,7 @@ class Names {
 // Every (pid, tid) the trace mentions, main threads first within a process.
 std::vector<std::pair<std::uint32_t, std::uint32_t>> all_threads(const TraceData& t) {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> v;
+  v.reserve(t.processes.size() + t.threads.size() + t.phases.size() + t.decisions.size());
   for (const TraceThread& p : t.processes) v.emplace_back(p.pid, p.pid);
   for (const TraceThread& th : t.threads) v.emplace_back(th.pid, th.tid);
   for (const TracePhase& p : t.phases) v.emplace_back(p.pid, p.tid);

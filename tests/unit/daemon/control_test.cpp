@@ -57,7 +57,8 @@ TEST(ControlParse, trace_takes_seconds_from_1_to_600) {
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_EQ(r->op, ControlOp::trace);
   EXPECT_EQ(r->seconds, 3U);
-  EXPECT_NE(error_of(R"({"op":"trace","seconds":0})").find("\"seconds\": must be an integer from 1 to 600"),
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":0})")
+                .find("\"seconds\": must be an integer from 1 to 600"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"op":"trace","seconds":601})").find("1 to 600"), std::string::npos);
   EXPECT_NE(error_of(R"({"op":"trace","seconds":2.5})").find("seconds"), std::string::npos);
