@@ -166,9 +166,10 @@ int run(int argc, char** argv) {
               "NVML and GPUs, NUMA, delay accounting");
   info->add_flag("--json", info_json, "Print one JSON object");
   info->add_flag("--emulated-gpu", args.emulated_gpu, "Ask the emulated GPU's NVML");
-  app.add_option("--control-socket", args.control_socket,
-                 "Control socket for tenant/status/top (default: $ZERNEL_SCHEDULER_SOCKET, else "
-                 "/run/zernel/scheduler.sock; an empty value disables it)");
+  app.add_option(
+      "--control-socket", args.control_socket,
+      "Control socket for tenant/status/top/trace (default: $ZERNEL_SCHEDULER_SOCKET, else "
+      "/run/zernel/scheduler.sock; an empty value disables it)");
   TenantCmd tenant_cmd;
   add_tenant_command(app, tenant_cmd);
   StatusCmd status_cmd;
