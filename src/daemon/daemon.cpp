@@ -462,6 +462,12 @@ void Daemon::shutdown() {
     if (auto r = delayacct_->restore(); !r) spdlog::error("{}", r.error().message());
   }
   if (http_) http_->stop();
+  if (trace_ && control_) {  // a waiting `trace` client hears why, rather than a bare close
+    control_->answer(trace_client_,
+                     error_reply("the daemon is stopping; the trace was not completed"),
+                     monotonic_now_ns());
+    trace_.reset();
+  }
   control_.reset();  // closes and removes the socket
 }
 

@@ -190,6 +190,10 @@ bad "a missing directory" 1 "cannot create a file next to" --seconds 1 --output 
 bad "the same file twice" 2 "same file" --seconds 1 --output "$tmp/s.json" --svg "$tmp/s.json"
 check "bad input left no temporary file" "[[ -z \$(ls -A $tmp | grep '^\\.b\\.json\\|^\\.s\\.json') ]]"
 
+# A daemon that stops while a trace records tells its client so.
+Z trace --seconds 30 --output "$tmp/stop.json" --socket "$sock" > "$tmp/stop.out" 2>&1 &
+stopper=$!
+sleep 0.5
 kill -TERM "$wl_pid" 2>/dev/null
 wait "$wl_pid" 2>/dev/null
 wl_pid=""
@@ -198,6 +202,10 @@ wait "$daemon_pid"
 rc=$?
 daemon_pid=""
 check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+wait "$stopper"
+rc=$?
+check "a trace cut short by the daemon's stop exits 1 with the reason (got $rc)" \
+  "[[ $rc -eq 1 ]] && grep -q 'the daemon is stopping' $tmp/stop.out && [[ ! -e $tmp/stop.json ]]"
 
 # Keep the picture for docs when asked (ZERNEL_TRACE_SVG_OUT=path).
 [[ -n ${ZERNEL_TRACE_SVG_OUT:-} && -s $tmp/X.svg ]] && cp "$tmp/X.svg" "$ZERNEL_TRACE_SVG_OUT"
