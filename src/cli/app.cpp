@@ -166,9 +166,10 @@ int run(int argc, char** argv) {
               "NVML and GPUs, NUMA, delay accounting");
   info->add_flag("--json", info_json, "Print one JSON object");
   info->add_flag("--emulated-gpu", args.emulated_gpu, "Ask the emulated GPU's NVML");
-  app.add_option("--control-socket", args.control_socket,
-                 "Control socket for tenant/status/top (default: $ZERNEL_SCHEDULER_SOCKET, else "
-                 "/run/zernel/scheduler.sock; an empty value disables it)");
+  app.add_option(
+      "--control-socket", args.control_socket,
+      "Control socket for tenant/status/top/trace (default: $ZERNEL_SCHEDULER_SOCKET, else "
+      "/run/zernel/scheduler.sock; an empty value disables it)");
   TenantCmd tenant_cmd;
   add_tenant_command(app, tenant_cmd);
   StatusCmd status_cmd;
@@ -177,6 +178,8 @@ int run(int argc, char** argv) {
   add_top_command(app, top_cmd);
   RestoreCmd restore_cmd;
   add_restore_command(app, restore_cmd);
+  TraceCmd trace_cmd;
+  add_trace_command(app, trace_cmd);
   app.require_subcommand(0, 1);
 
   try {
@@ -199,6 +202,7 @@ int run(int argc, char** argv) {
   if (status_cmd.cmd->parsed()) return run_status_command(status_cmd);
   if (top_cmd.cmd->parsed()) return run_top_command(top_cmd);
   if (restore_cmd.cmd->parsed()) return run_restore_command(restore_cmd);
+  if (trace_cmd.cmd->parsed()) return run_trace_command(trace_cmd);
 
   auto loaded = config::load_config(args.config_path);
   if (!loaded) {

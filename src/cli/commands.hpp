@@ -1,8 +1,9 @@
 #pragma once
 // The client subcommands of zernel-scheduler that talk to a running daemon through its control
 // socket (daemon/control.hpp): `tenant add|remove|list|assign` (tenant_cmd.cpp), `status`
-// (status_cmd.cpp) and `top` (top_cmd.cpp). Exit codes as in app.hpp: 0 ok, 1 the daemon refused
-// or failed the request (its reason is printed) or cannot be reached, 2 usage.
+// (status_cmd.cpp), `top` (top_cmd.cpp) and `trace` (trace_cmd.cpp). Exit codes as in app.hpp: 0
+// ok, 1 the daemon refused or failed the request (its reason is printed) or cannot be reached, 2
+// usage.
 
 #include <cstdint>
 #include <optional>
@@ -59,6 +60,17 @@ struct TopCmd {
 };
 void add_top_command(CLI::App& app, TopCmd& t);
 int run_top_command(const TopCmd& t);
+
+struct TraceCmd {
+  ClientArgs client;
+  CLI::App* cmd = nullptr;
+  std::uint32_t seconds = 5;
+  std::string output;  // the Chrome trace-event JSON; empty: none
+  std::string svg;     // the SVG picture; empty: none
+  std::string clock = "realtime";
+};
+void add_trace_command(CLI::App& app, TraceCmd& t);
+int run_trace_command(const TraceCmd& t);
 
 // Shared by status and top: the table of tracked processes from a status document.
 std::string format_status_table(const nlohmann::json& status, bool with_timeline, bool color,

@@ -19,6 +19,7 @@
 
 #include "daemon/ticker.hpp"
 #include "sys/procfs.hpp"
+#include "telemetry/trace.hpp"
 
 namespace zernel::daemon {
 namespace {
@@ -109,6 +110,8 @@ std::string_view op_name(ControlOp op) {
     case ControlOp::tenant_list: return "tenant_list";
     case ControlOp::tenant_assign: return "tenant_assign";
     case ControlOp::status: return "status";
+    case ControlOp::trace:
+      return "trace";
   }
   return "status";
 }
@@ -174,6 +177,14 @@ Result<ControlRequest> parse_request(std::string_view line) {
     if (auto ok = only_fields(j, {"op"}, op); !ok) return ok.error();
     return r;
   }
+  if (op == "trace") {
+    r.op = ControlOp::trace;
+    if (auto ok = only_fields(j, {"op", "seconds"}, op); !ok) return ok.error();
+    auto secs = get_uint(j, "seconds", telemetry::kTraceMinSeconds, telemetry::kTraceMaxSeconds);
+    if (!secs) return secs.error();
+    r.seconds = static_cast<std::uint32_t>(*secs);
+    return r;
+  }
   if (op == "tenant_assign") {
     r.op = ControlOp::tenant_assign;
     if (auto ok = only_fields(j, {"op", "pid", "tenant"}, op); !ok) return ok.error();
@@ -191,7 +202,7 @@ Result<ControlRequest> parse_request(std::string_view line) {
     return r;
   }
   return bad("unknown op \"" + op +
-             "\" (valid: tenant_add, tenant_remove, tenant_list, tenant_assign, status)");
+             "\" (valid: tenant_add, tenant_remove, tenant_list, tenant_assign, status, trace)");
 }
 
 std::string request_line(const ControlRequest& r) {
@@ -207,6 +218,9 @@ std::string request_line(const ControlRequest& r) {
     case ControlOp::tenant_assign:
       j["pid"] = r.pid;
       j["tenant"] = r.assign_to;
+      break;
+    case ControlOp::trace:
+      j["seconds"] = r.seconds;
       break;
     case ControlOp::tenant_list:
     case ControlOp::status: break;
@@ -331,8 +345,12 @@ void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
       }
     } else if (it->replying) {
       on_writable(*it);
+    } else if (it->waiting) {
+      // Watched with no events: only a hang-up or an error is reported (a peer that merely
+      // shut down its sending side still waits for the answer).
+      if ((evs[i].events & (EPOLLHUP | EPOLLERR)) != 0) close_client(it->fd.get());
     } else if ((evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
-      on_readable(*it, handler);
+      on_readable(*it, handler, now_ns);
     }
   }
   expire(now_ns);
@@ -340,7 +358,7 @@ void ControlServer::service(const Handler& handler, std::uint64_t now_ns) {
 
 void ControlServer::expire(std::uint64_t now_ns) {
   for (Client& c : clients_) {
-    if (c.fd.valid() && now_ns > c.since_ns && now_ns - c.since_ns > kClientTimeoutNs) {
+    if (c.fd.valid() && now_ns > c.deadline_ns) {
       ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
       c.fd.reset();
     }
@@ -386,7 +404,7 @@ void ControlServer::accept_all(std::uint64_t now_ns) {
       // Root's new client wins over the oldest one still waiting for its request.
       auto oldest = clients_.end();
       for (auto it = clients_.begin(); it != clients_.end(); ++it) {
-        if (!it->fd.valid() || it->replying) continue;
+        if (!it->fd.valid() || it->replying || it->waiting) continue;
         if (oldest == clients_.end() || it->since_ns < oldest->since_ns) oldest = it;
       }
       if (oldest == clients_.end()) {
@@ -403,11 +421,13 @@ void ControlServer::accept_all(std::uint64_t now_ns) {
     Client c;
     c.fd = std::move(fd);
     c.since_ns = now_ns;
+    c.deadline_ns = now_ns + kClientTimeoutNs;
+    c.ticket = next_ticket_++;
     clients_.push_back(std::move(c));
   }
 }
 
-void ControlServer::on_readable(Client& c, const Handler& handler) {
+void ControlServer::on_readable(Client& c, const Handler& handler, std::uint64_t now_ns) {
   char buf[1024];
   for (;;) {
     const std::size_t room = kMaxRequestBytes + 1 - c.in.size();
@@ -442,13 +462,40 @@ void ControlServer::on_readable(Client& c, const Handler& handler) {
     reply(c, error_reply(req.error().message()));
     return;
   }
-  json out;
+  std::optional<json> out;
   try {
-    out = handler(*req);
+    out = handler(*req, c.ticket);
   } catch (const std::exception& e) {
     out = error_reply(std::string("internal error: ") + e.what());
   }
-  reply(c, out);
+  if (out) {
+    reply(c, *out);
+    return;
+  }
+  c.waiting = true;
+  c.deadline_ns = now_ns + kMaxDeferNs;
+  epoll_event ev{};
+  ev.events = 0;
+  ev.data.fd = c.fd.get();
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.fd.get(), &ev);
+}
+
+bool ControlServer::waiting(Ticket ticket) const {
+  return std::any_of(clients_.begin(), clients_.end(), [ticket](const Client& c) {
+    return c.fd.valid() && c.waiting && c.ticket == ticket;
+  });
+}
+
+void ControlServer::answer(Ticket ticket, const json& reply_json, std::uint64_t now_ns) {
+  for (Client& c : clients_) {
+    if (!c.fd.valid() || !c.waiting || c.ticket != ticket) continue;
+    c.waiting = false;
+    // A long reply may take several wake-ups to write: the usual timeout, from now.
+    c.deadline_ns = now_ns + kClientTimeoutNs;
+    reply(c, reply_json);
+    break;
+  }
+  std::erase_if(clients_, [](const Client& c) { return !c.fd.valid(); });
 }
 
 void ControlServer::reply(Client& c, const json& j) {

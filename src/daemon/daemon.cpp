@@ -388,6 +388,7 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   backend_.maybe_restart(now);
   if (control_) control_->expire(monotonic_now_ns());
   decide(now);
+  if (trace_) finish_trace();
   last_decision_ns_ = monotonic_now_ns() - t0;
   decision_latency_.observe(last_decision_ns_);
   if (n % cadence.poll_every == 0) enforce::apply_power(power_.get(), engine_);
@@ -409,13 +410,16 @@ void Daemon::decide(std::uint64_t now_ns) {
   engine_.schedule_all(now_ns, decisions_);
   // The log gets the time the change was committed, not the tick's deadline: a late tick
   // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
-  const std::uint64_t committed_ns = phase_log_.is_open() ? monotonic_now_ns() : now_ns;
+  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_now_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
+    if (trace_) trace_->decision(committed_ns, d);
     if (!d.phase_changed) continue;
     // Processes with phases from events are logged as their events come (drain_phase_events).
     const auto it = tracked_.find(d.pid);
-    if (it == tracked_.end() || !it->second.event_role)
+    if (it == tracked_.end() || !it->second.event_role) {
       phase_log_.write(committed_ns, d.pid, d.phase);
+      if (trace_) trace_phase(committed_ns, d.pid, d.pid, d.phase, "periodic");
+    }
   }
   if (!backend_.apply(decisions_, now_ns)) count_error("backend");
 }
@@ -460,6 +464,12 @@ void Daemon::shutdown() {
     if (auto r = delayacct_->restore(); !r) spdlog::error("{}", r.error().message());
   }
   if (http_) http_->stop();
+  if (trace_ && control_) {  // a waiting `trace` client hears why, rather than a bare close
+    control_->answer(trace_client_,
+                     error_reply("the daemon is stopping; the trace was not completed"),
+                     monotonic_now_ns());
+    trace_.reset();
+  }
   control_.reset();  // closes and removes the socket
 }
 
@@ -473,8 +483,13 @@ void Daemon::service_wakeup(int reload_fd) {
     }
   }
   if (control_) {
-    control_->service([this](const ControlRequest& req) { return runtime_->handle(req); },
-                      monotonic_now_ns());
+    control_->service(
+        [this](const ControlRequest& req,
+               ControlServer::Ticket who) -> std::optional<nlohmann::json> {
+          if (req.op == ControlOp::trace) return start_trace(req, who);
+          return runtime_->handle(req);
+        },
+        monotonic_now_ns());
   }
 }
 

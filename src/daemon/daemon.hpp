@@ -18,6 +18,8 @@
 //   runtime_control.hpp      control-socket requests (daemon/control.hpp) and SIGHUP's reload,
 //                            served on this same loop thread between ticks, so the engine stays
 //                            single-threaded
+//   trace_recording.cpp      `zernel-scheduler trace`: a recording kept only while its client
+//                            waits, answered from the loop when it ends
 
 #include <cstdint>
 #include <map>
@@ -51,6 +53,7 @@
 #include "policy/engine.hpp"
 #include "telemetry/http_server.hpp"
 #include "telemetry/phase_log.hpp"
+#include "telemetry/trace.hpp"
 
 namespace zernel::daemon {
 
@@ -211,6 +214,15 @@ class Daemon final : private ControlHost {
   void drain_phase_events();
   // The probes' per-thread phase map for the sched_ext scheduler; -1 without phases from events.
   [[nodiscard]] int phase_map_fd() const;
+  // `zernel-scheduler trace` (trace_recording.cpp): the control request starts a recording
+  // (nullopt: answered later) or refuses; every tick feeds it (drain_phase_events, decide) and
+  // finish_trace answers its client once it is due, or drops it when the client has gone.
+  std::optional<nlohmann::json> start_trace(const ControlRequest& req, ControlServer::Ticket who);
+  void finish_trace();
+  void trace_phase(std::uint64_t t_ns, std::uint32_t pid, std::uint32_t tid, policy::Phase phase,
+                   std::string_view cause);
+  std::unique_ptr<telemetry::TraceRecorder> trace_;
+  ControlServer::Ticket trace_client_ = 0;
   bool phase_events_on_ = false;
   std::unordered_map<std::uint32_t, policy::Phase> event_phase_;  // main thread's, by pid
 #ifdef ZERNEL_HAVE_PROBES

@@ -12,6 +12,38 @@
 #include "daemon/daemon.hpp"
 
 namespace zernel::daemon {
+#ifdef ZERNEL_HAVE_PROBES
+namespace {
+
+// The names of collect::PhaseCause, for traces.
+std::string_view cause_name(std::uint8_t cause) {
+  switch (static_cast<collect::PhaseCause>(cause)) {
+    case collect::PhaseCause::sync_enter:
+      return "sync_enter";
+    case collect::PhaseCause::sync_return:
+      return "sync_return";
+    case collect::PhaseCause::long_sync:
+      return "long_sync";
+    case collect::PhaseCause::nccl_wait:
+      return "nccl_wait";
+    case collect::PhaseCause::nccl_done:
+      return "nccl_done";
+    case collect::PhaseCause::data_wait:
+      return "data_wait";
+    case collect::PhaseCause::worker_run:
+      return "worker_run";
+    case collect::PhaseCause::worker_idle:
+      return "worker_idle";
+    case collect::PhaseCause::optimizer_bound:
+      return "optimizer_bound";
+    case collect::PhaseCause::launch:
+      return "launch";
+  }
+  return "event";
+}
+
+}  // namespace
+#endif
 
 void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
 #ifdef ZERNEL_HAVE_PROBES
@@ -60,6 +92,7 @@ void Daemon::drain_phase_events() {
     const auto it = tracked_.find(e.tgid);
     if (it == tracked_.end() || !it->second.event_role) continue;  // dropped meanwhile
     if (opts_.phase_log_threads) phase_log_.write_thread(e.t_ns, e.tgid, e.tid, phase);
+    if (trace_) trace_phase(e.t_ns, e.tgid, e.tid, phase, cause_name(e.cause));
     if (e.tid != e.tgid) continue;
     auto [pit, added] = event_phase_.try_emplace(e.tgid, policy::Phase::unknown);
     if (!added && pit->second == phase) continue;

@@ -47,6 +47,8 @@ nlohmann::json RuntimeControl::handle(const ControlRequest& req) {
       return tenant_assign(req.pid, req.assign_to);
     case ControlOp::status:
       return status();
+    case ControlOp::trace:  // answered later, by the daemon's loop (trace_recording.cpp)
+      return error_reply("trace: not served here");
   }
   return error_reply("unknown op");
 }

@@ -61,7 +61,7 @@ valued_cli=$(echo "$valued_cli" | sed '/^$/d' | sort -u)
 valued_comp=$(bash -c '. "$1" && printf "%s\n" $_zernel_scheduler_valued' _ "$COMPLETION" | sort -u)
 check "the options that take a value are those of --help [$(echo $valued_cli)] vs [$(echo $valued_comp)]" \
   "[[ -n \$valued_cli && \$valued_cli == \"\$valued_comp\" ]]"
-check "every subcommand path was compared (11: top level, 6 subcommands, 4 of tenant)" "((paths == 11))"
+check "every subcommand path was compared (12: top level, 7 subcommands, 4 of tenant)" "((paths == 12))"
 
 # A few cases as a user types them.
 check "'te' completes to tenant" "[[ \$(complete_words te) == tenant ]]"
@@ -70,6 +70,7 @@ check "--backend values" "[[ \$(complete_words --backend '' | tr '\n' ' ') == 'a
 check "--backend s: sched_ext only" "[[ \$(complete_words --backend s) == sched_ext ]]"
 check "an option's value is not a subcommand: '--config status st' still offers status" \
   "[[ \$(complete_words --config status st) == status ]]"
+check "trace --clock values" "[[ \$(complete_words trace --clock '' | tr '\n' ' ') == 'monotonic realtime ' ]]"
 check "tenant add --class values" \
   "[[ \$(complete_words tenant add --class in | tr '\n' ' ') == 'inference interactive ' ]]"
 tmp=$(mktemp -d)

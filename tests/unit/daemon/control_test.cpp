@@ -5,7 +5,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -50,12 +52,28 @@ TEST(ControlParse, ValidRequests) {
   EXPECT_EQ(parse_request(R"( { "op" : "status" } )")->op, ControlOp::status);
 }
 
+TEST(ControlParse, trace_takes_seconds_from_1_to_600) {
+  auto r = parse_request(R"({"op":"trace","seconds":3})");
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->op, ControlOp::trace);
+  EXPECT_EQ(r->seconds, 3U);
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":0})")
+                .find("\"seconds\": must be an integer from 1 to 600"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":601})").find("1 to 600"), std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":2.5})").find("seconds"), std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":-1})").find("seconds"), std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"trace"})").find("missing field \"seconds\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"trace","seconds":1,"pid":3})").find("unknown field \"pid\""),
+            std::string::npos);
+}
+
 TEST(ControlParse, RoundTrip) {
   for (const char* line :
        {R"({"op":"tenant_add","id":"x","gpus":2,"class":"training","cpu_weight":0.5})",
         R"({"op":"tenant_add","id":"y","gpus":0,"class":"interactive"})",
         R"({"op":"tenant_remove","id":"x"})", R"({"op":"tenant_assign","pid":7,"tenant":"x"})",
-        R"({"op":"tenant_list"})", R"({"op":"status"})"}) {
+        R"({"op":"tenant_list"})", R"({"op":"status"})", R"({"op":"trace","seconds":600})"}) {
     auto r = parse_request(line);
     ASSERT_TRUE(r.ok()) << line;
     auto again = parse_request(request_line(*r));
@@ -183,7 +201,7 @@ TEST(ControlServer, ServesAndRefusesLiveDuplicate) {
   int handled = 0;
   for (int i = 0; i < 300 && handled < 2; ++i) {
     (*server)->service(
-        [](const ControlRequest& req) {
+        [](const ControlRequest& req, ControlServer::Ticket) -> std::optional<nlohmann::json> {
           auto j = ok_reply();
           j["n"] = req.op == ControlOp::tenant_list ? 3 : 0;
           return j;
@@ -193,7 +211,11 @@ TEST(ControlServer, ServesAndRefusesLiveDuplicate) {
     ::usleep(10'000);
   }
   for (int i = 0; i < 20; ++i) {
-    (*server)->service([](const ControlRequest&) { return ok_reply(); }, 1);
+    (*server)->service(
+        [](const ControlRequest&, ControlServer::Ticket) -> std::optional<nlohmann::json> {
+          return ok_reply();
+        },
+        1);
     ::usleep(5'000);
   }
   int status = 0;
@@ -214,6 +236,77 @@ TEST(ControlServer, ServesAndRefusesLiveDuplicate) {
   auto again = ControlServer::listen(path);
   EXPECT_TRUE(again.ok()) << again.error().message();
   again = Error("closed");
+  std::filesystem::remove_all(dir);
+}
+
+// A deferred request: the server keeps its client waiting, unanswered, while serving others;
+// answer() replies; a waiting client that hangs up is closed (waiting() turns false).
+TEST(ControlServer, deferred_request_is_answered_later_and_a_hang_up_ends_it) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("zernel-control-defer-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string path = (dir / "ctl.sock").string();
+  auto server = ControlServer::listen(path);
+  ASSERT_TRUE(server.ok()) << server.error().message();
+  std::optional<ControlServer::Ticket> ticket;
+  const ControlServer::Handler handler =
+      [&ticket](const ControlRequest& req,
+                ControlServer::Ticket who) -> std::optional<nlohmann::json> {
+    if (req.op != ControlOp::trace) return ok_reply();
+    ticket = who;
+    return std::nullopt;
+  };
+  const auto serve_until = [&](auto done) {
+    for (int i = 0; i < 500 && !done(); ++i) {
+      (*server)->service(handler, 1);
+      ::usleep(5'000);
+    }
+  };
+
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto r = control_call(path, R"({"op":"trace","seconds":1})", 5000);
+    ::_exit(r.ok() && (*r)["ok"] == true && (*r)["answer"] == 42 ? 0 : 1);
+  }
+  serve_until([&] { return ticket.has_value(); });
+  ASSERT_TRUE(ticket.has_value());
+  EXPECT_TRUE((*server)->waiting(*ticket));
+  // Other requests are served meanwhile, and the expiry of ordinary clients spares it.
+  (*server)->expire(ControlServer::kClientTimeoutNs + 10);
+  EXPECT_TRUE((*server)->waiting(*ticket));
+  auto reply = ok_reply();
+  reply["answer"] = 42;
+  (*server)->answer(*ticket, reply, 2);
+  EXPECT_FALSE((*server)->waiting(*ticket));
+  int status = 0;
+  for (int i = 0; i < 400; ++i) {
+    (*server)->service(handler, 2);
+    if (::waitpid(child, &status, WNOHANG) == child) break;
+    ::usleep(5'000);
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  // A client that sends the request and closes: nothing waits any more.
+  ticket.reset();
+  {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const std::string line = "{\"op\":\"trace\",\"seconds\":5}\n";
+    ASSERT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+    serve_until([&] { return ticket.has_value(); });
+    ASSERT_TRUE(ticket.has_value());
+    // Shutting down only the sending side is not a hang-up: the answer is still awaited.
+    ::shutdown(fd, SHUT_WR);
+    for (int i = 0; i < 5; ++i) (*server)->service(handler, 3);
+    EXPECT_TRUE((*server)->waiting(*ticket));
+    ::close(fd);
+  }
+  serve_until([&] { return !(*server)->waiting(*ticket); });
+  EXPECT_FALSE((*server)->waiting(*ticket));
+  server = Error("closed");
   std::filesystem::remove_all(dir);
 }
 
