@@ -956,7 +956,7 @@ static __always_inline void phase_follow(struct task_struct *p, struct task_ctx 
 	if (!zernel_follow_phases || !tctx->weight)
 		return;
 	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st)
+	if (!st || !st->role) /* role 0: the probes' cached "no role" (probes.h) */
 		return;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
