@@ -176,9 +176,10 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *     entry (48 bytes of value, freed with the thread); a named process's threads are found
  *     at their next event, as before;
  *   - the clock is read only for a followed thread.
- * Measured (docs/benchmarks.md, "What the phase programs cost"): the switch program's own run
- * time went from 225-262 ns to 109-123 ns per switch for an untracked thread, 79-88 ns while no
- * process is named. Every futex wait of a tracked process costs one VMA lookup.
+ * Measured (docs/benchmarks.md, "What the phase programs cost, after the untracked fast path"):
+ * the switch program's own run time for an untracked thread went from about 230-260 ns to
+ * 110-125 ns per switch, 80-90 ns while no process is named. Every futex wait of a tracked
+ * process costs one VMA lookup.
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
 const volatile __u64 zernel_idle_hyst_ns = 2000000;
