@@ -848,6 +848,34 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
   EXPECT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
 }
 
+// With some process named, a thread of another process keeps "no role" in its storage; naming
+// its process later (the generation moves) must still make its next event count.
+TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracked) {
+  auto worker = [](int cmd, int rep) {
+    Child::reply(rep, 'L');
+    while (Child::next(cmd) == 'G') {
+      burn_cpu(2 * kMs);
+      Child::reply(rep, 'd');
+    }
+    return 0;
+  };
+  Child named(worker);
+  ASSERT_EQ(named.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(named.upid(), PhaseRole::rank).ok());
+  Child child(worker);
+  ASSERT_EQ(child.expect(), 'L');
+  for (int i = 0; i < 3; ++i) {  // it sleeps and wakes: its thread caches "no role"
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  EXPECT_TRUE(main_thread_events(child.upid()).empty());
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(main_thread_events(child.upid()).empty());  // its read(): a data wait
+}
+
 TEST_F(PhaseEvents, counts_its_events) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
