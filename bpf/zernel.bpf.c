@@ -161,6 +161,9 @@
  *   level). cpu.max costs nothing while no cgroup has a quota (bw_nr == 0): no ops.tick work, no
  *   throttle checks; with quotas, only threads below one pay an ancestor walk per charge.
  * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
+ *   ops.running and ops.stopping find the entry of p's CPU, nearly always their own, with the
+ *   plain per-CPU lookup the verifier inlines (p->thread_info.cpu against this CPU), not a
+ *   scx_bpf_task_cpu() call and a bpf_map_lookup_percpu_elem() call;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
  * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
@@ -985,8 +988,12 @@ static __always_inline void phase_follow(struct task_struct *p, struct task_ctx 
 static __always_inline struct cpu_state *task_cpu_state(struct task_struct *p)
 {
 	u32 zero = 0;
+	s32 cpu = p->thread_info.cpu; /* task_cpu(p), without a kfunc call */
 
-	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, scx_bpf_task_cpu(p));
+	/* The common case, this CPU: a plain per-CPU lookup, which the verifier inlines. */
+	if (cpu == bpf_get_smp_processor_id())
+		return bpf_map_lookup_elem(&cpu_states, &zero);
+	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
 }
 
 static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_flags)
