@@ -257,7 +257,10 @@ Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
     return libbpf_error("phases from events: naming pid " + std::to_string(pid), err);
   }
   // After the write: a thread that cached "no role" re-reads once (probes.bpf.c, phase_thread).
-  __atomic_fetch_add(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE);
+  // Never 0 again, which means "no process named" there.
+  if (__atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE) == 0) {
+    __atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE);
+  }
   return Ok{};
 }
 
