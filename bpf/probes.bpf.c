@@ -162,9 +162,24 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * Other futex waits (a lock, the GIL) and sleeps change nothing. A change is committed at once,
  * with the time of its event, and sent to zernel_phase_events; the two backdated ones (a long
  * sync begun in OptimizerStep, an idle worker) are sent when they are known, with the earlier
- * time. Costs: every context switch of the machine looks up the two tasks' storage (a pointer
- * test for tasks without it) and, for a task without it, its tgid in zernel_phase_procs; every
- * futex wait of a tracked process one VMA lookup.
+ * time.
+ *
+ * COST. sched_switch runs for every context switch of the machine, tracked or not, so the
+ * untracked path is the one to keep short:
+ *   - while user space has named no process (zernel_phase_gen 0), every program returns after
+ *     one load, before any lookup or clock read;
+ *   - otherwise a thread that is not followed costs one task-storage lookup per program (prev
+ *     and next at a switch): the first time a program that may create state sees it, its tgid
+ *     is looked up in zernel_phase_procs and the answer "no role" is kept in its storage with
+ *     zernel_phase_gen, which user space increments after every role it names; the hash lookup
+ *     is repeated only when that moved. This gives every thread that switches a small storage
+ *     entry (48 bytes of value, freed with the thread); a named process's threads are found
+ *     at their next event, as before;
+ *   - the clock is read only for a followed thread.
+ * Measured (docs/benchmarks.md, "What the phase programs cost, after the untracked fast path"):
+ * the switch program's own run time for an untracked thread went from about 230-260 ns to
+ * 110-125 ns per switch, 80-90 ns while no process is named. Every futex wait of a tracked
+ * process costs one VMA lookup.
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
 const volatile __u64 zernel_idle_hyst_ns = 2000000;
@@ -216,38 +231,67 @@ static __always_inline void phase_set(struct zernel_phase_thread *st, struct tas
 		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT);
 }
 
-/* The thread's state; with `create`, made (Unknown since now) for a thread of a process that
- * has a role. NULL for the threads of other processes. */
-static __always_inline struct zernel_phase_thread *phase_thread(struct task_struct *task,
-								 bool create, __u64 now)
+/*
+ * Incremented by user space after every role it names (set_phase_role). 0 while no process has
+ * ever been named: then no thread can have a phase and every program returns at once.
+ */
+__u32 zernel_phase_gen;
+
+/* `*now`, read from the clock the first time it is needed. */
+static __always_inline __u64 now_of(__u64 *now)
 {
+	if (!*now)
+		*now = bpf_ktime_get_ns();
+	return *now;
+}
+
+/*
+ * The thread's state; with `create`, made (Unknown since now) for a thread of a process that
+ * has a role. NULL for the threads of other processes. A thread of another process seen with
+ * `create` keeps the negative answer in its storage (role 0) with the generation it was read
+ * at, so it costs one task-storage lookup until user space names a process again; the
+ * generation is read before the role lookup, so a role named meanwhile is looked up once more,
+ * never missed.
+ */
+static __always_inline struct zernel_phase_thread *phase_thread(struct task_struct *task,
+								bool create, __u64 *now)
+{
+	__u32 gen = *(volatile __u32 *)&zernel_phase_gen;
 	struct zernel_phase_thread *st;
 	struct zernel_phase_proc *pp;
 	__u32 tgid;
 
+	if (!gen)
+		return NULL;
 	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, 0);
-	if (st || !create)
+	if (st && st->role)
 		return st;
+	if (!create || (st && st->gen == gen))
+		return NULL;
 	tgid = BPF_CORE_READ(task, tgid);
 	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
-	if (!pp)
-		return NULL;
-	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st)
+		st = bpf_task_storage_get(&zernel_phase_threads, task, 0,
+					  BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!st) {
-		stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
+		if (pp)
+			stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
 		return NULL;
 	}
+	st->gen = gen;
+	if (!pp)
+		return NULL;
 	st->tgid = tgid;
 	st->role = (__u8)pp->role;
 	st->phase = ZERNEL_PROBE_PHASE_UNKNOWN;
-	st->since_ns = now;
+	st->since_ns = now_of(now);
 	return st;
 }
 
 static __always_inline void phase_sync_enter(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct zernel_phase_thread *st = phase_thread(task, true, now);
+	struct zernel_phase_thread *st = phase_thread(task, true, &now);
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
 		return;
@@ -262,7 +306,7 @@ static __always_inline void phase_sync_enter(__u64 now)
 static __always_inline void phase_sync_return(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct zernel_phase_thread *st = phase_thread(task, false, now);
+	struct zernel_phase_thread *st = phase_thread(task, false, &now);
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
 		return;
@@ -295,17 +339,17 @@ static __always_inline void phase_futex_wait(__u64 uaddr)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st;
+	__u64 now = 0;
 	__u8 nccl = 0;
-	__u64 now;
 
-	now = bpf_ktime_get_ns();
-	st = phase_thread(task, true, now);
+	st = phase_thread(task, true, &now);
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
 		return;
 	if (bpf_find_vma(task, uaddr, nccl_vma, &nccl, 0) || !nccl)
 		return;
 	st->nccl_wait = 1;
-	phase_set(st, task, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE, ZERNEL_CAUSE_NCCL_WAIT, now);
+	phase_set(st, task, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE, ZERNEL_CAUSE_NCCL_WAIT,
+		  now_of(&now));
 }
 
 /* A wait for a batch: the syscall a sleeping thread is in (x86-64 numbers). */
@@ -344,25 +388,28 @@ int BPF_PROG(zernel_phase_switch, bool preempt, struct task_struct *prev, struct
 	bool sleeps = !preempt &&
 		      (prev_state & (ZERNEL_TASK_INTERRUPTIBLE | ZERNEL_TASK_UNINTERRUPTIBLE));
 	struct zernel_phase_thread *st;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = 0; /* the clock is read only for a thread with a role */
 
-	st = phase_thread(prev, true, now);
+	st = phase_thread(prev, true, &now);
 	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
 		if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP &&
 		    BPF_CORE_READ(prev, se.sum_exec_runtime) - st->runtime_at_since >
 			    zernel_optimizer_max_ns)
-			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_OPTIMIZER_BOUND, now);
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN,
+				  ZERNEL_CAUSE_OPTIMIZER_BOUND, now_of(&now));
 		if (sleeps && !st->depth && !st->nccl_wait && in_data_wait(prev))
-			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT, now);
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT,
+				  now_of(&now));
 	} else if (st && st->role == ZERNEL_PHASE_ROLE_WORKER) {
 		/* It ran until now (a thread first seen here was running too). */
-		phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN, now);
+		phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN,
+			  now_of(&now));
 		st->sleep_ns = sleeps && (prev_state & ZERNEL_TASK_INTERRUPTIBLE) ? now : 0;
 	}
 
-	st = phase_thread(next, false, now);
+	st = phase_thread(next, false, &now);
 	if (st && st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
-		if (now - st->sleep_ns >= zernel_idle_hyst_ns) {
+		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {
 			phase_set(st, next, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_WORKER_IDLE,
 				  st->sleep_ns);
 			phase_set(st, next, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN, now);
@@ -396,12 +443,13 @@ int BPF_UPROBE(zernel_launch)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = 0;
 
-	st = phase_thread(task, true, now);
+	st = phase_thread(task, true, &now);
 	if (st && st->role == ZERNEL_PHASE_ROLE_RANK &&
 	    (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING || st->phase == ZERNEL_PROBE_PHASE_UNKNOWN))
-		phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LAUNCH, now);
+		phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LAUNCH,
+			  now_of(&now));
 	return 0;
 }
 

@@ -143,7 +143,9 @@ ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 13,
  * Maps (names as in the skeleton):
  *   zernel_phase_procs    HASH          key __u32 tgid -> struct zernel_phase_proc (user space
  *                         inserts when discovery gives a process its role, deletes on forget)
- *   zernel_phase_threads  TASK_STORAGE  -> struct zernel_phase_thread (BPF only)
+ *   zernel_phase_threads  TASK_STORAGE  -> struct zernel_phase_thread (BPF only; role 0: a
+ *                         thread seen not to belong to a named process, cached)
+ *   zernel_phase_gen      .bss __u32    user space increments it after every role it names
  *   zernel_phase_events   RINGBUF       struct zernel_phase_event records (BPF writes, user
  *                         space consumes)
  */
@@ -199,6 +201,8 @@ struct zernel_phase_thread {
 	__u8 role;		/* enum zernel_phase_role */
 	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
+	__u32 gen;		/* role 0 (a thread of a process with no role): the value of
+				   zernel_phase_gen that answer was read at */
 };
 
 /* One phase change, as the ring buffer carries it. */
@@ -217,8 +221,7 @@ enum zernel_phase_limits {
 };
 
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");
-ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 40,
-			    "zernel_phase_thread layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 48, "zernel_phase_thread layout");
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_event) == 24,
 			    "zernel_phase_event layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, tid) == 8, "tid");

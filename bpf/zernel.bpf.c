@@ -163,6 +163,9 @@
  *   (With phases from events, ops.tick looks up the running thread's task_ctx, and for a thread
  *   of a decided process its phase: one or two task-storage lookups per tick, 250/s a CPU.)
  * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
+ *   ops.running and ops.stopping find the entry of p's CPU, nearly always their own, with the
+ *   plain per-CPU lookup the verifier inlines (p->thread_info.cpu against this CPU), not a
+ *   scx_bpf_task_cpu() call and a bpf_map_lookup_percpu_elem() call;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
  * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
@@ -1015,7 +1018,7 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	if (!zernel_follow_phases || !tctx->weight)
 		return false;
 	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st)
+	if (!st || !st->role) /* role 0: the probes' cached "no role" (probes.h) */
 		return false;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
@@ -1053,7 +1056,7 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 	u32 idx;
 
 	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st || st->since_ns == tctx->psince_ns)
+	if (!st || !st->role || st->since_ns == tctx->psince_ns)
 		return;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == tctx->tphase)
@@ -1070,8 +1073,12 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 static __always_inline struct cpu_state *task_cpu_state(struct task_struct *p)
 {
 	u32 zero = 0;
+	s32 cpu = p->thread_info.cpu; /* task_cpu(p), without a kfunc call */
 
-	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, scx_bpf_task_cpu(p));
+	/* The common case, this CPU: a plain per-CPU lookup, which the verifier inlines. */
+	if (cpu == bpf_get_smp_processor_id())
+		return bpf_map_lookup_elem(&cpu_states, &zero);
+	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
 }
 
 static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_flags)
@@ -1496,7 +1503,7 @@ static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
 	if (scx_bpf_task_running(p) && scx_bpf_task_cpu(p) == k->cpu) {
 		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 		st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-		if (tctx && st && st->since_ns != tctx->psince_ns) {
+		if (tctx && st && st->role && st->since_ns != tctx->psince_ns) {
 			tctx->pkicked = 1;
 			scx_bpf_kick_cpu(k->cpu, SCX_KICK_PREEMPT);
 			stat_inc(ZERNEL_STAT_PHASE_KICK);
@@ -1618,7 +1625,7 @@ static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *t
 	u64 now;
 
 	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st || st->since_ns == tctx->psince_ns)
+	if (!st || !st->role || st->since_ns == tctx->psince_ns)
 		return;
 	now = now_ns();
 	account_run(p, tctx, now);

@@ -19,8 +19,10 @@
 # makes the guest do, independent of the host's load; 0: wall-clock time of a TCG guest, which
 # on this shared host swings by 2x from one minute to the next),
 # SCX_BENCH_BPFSTATS=1 (turn on the kernel's BPF run-time statistics and report the time spent in
-# the scheduler's BPF callbacks per pipe round trip, and callbacks per round trip; the statistics
-# add two clock reads to every callback, so leave them off for the headline figures).
+# the scheduler's BPF callbacks per pipe round trip, and callbacks per round trip, and in the
+# log ("@@ bench NAME round N prog ...") each callback's ns per call and calls per 100 round
+# trips; the statistics add two clock reads to every callback, so leave them off for the
+# headline figures).
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 repo=$(realpath "$here/../..")

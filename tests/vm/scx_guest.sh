@@ -311,12 +311,17 @@ check_churn() {
 # bench_one NAME ROUND: pipe ping-pong and messaging once, under whatever scheduler is loaded.
 bench_one() {
   rt=${SCX_BENCH_PIPE:-20000}
-  [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost)
+  [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost) && bpf_progs > /tmp/progs0
   r "bench $1 round $2 $(zernel-schedbench pipe "$rt")"
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
     c1=$(bpf_cost)
+    bpf_progs > /tmp/progs1
     set -- "$1" "$2" $c0 $c1
     r "bench $1 round $2 bpf $((($6 - $4) / rt)) ns in $((($5 - $3) * 10 / rt)) calls/10 per round trip"
+    # Per callback: ns per call and calls per 100 round trips.
+    awk -v rt="$rt" -v who="bench $1 round $2 prog" 'NR == FNR { c[$1] = $2; t[$1] = $3; next }
+      $2 > c[$1] { printf "@@ %s %s %d ns/call %d calls/100\n", who, $1, ($3 - t[$1]) / ($2 - c[$1]),
+        ($2 - c[$1]) * 100 / rt }' /tmp/progs0 /tmp/progs1
   fi
   r "bench $1 round $2 $(zernel-schedbench msg 4 200)"
 }
@@ -327,6 +332,14 @@ bpf_cost() {
   bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" {
     for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t += $(i + 1); if ($i == "run_cnt") c += $(i + 1) } }
     END { print c + 0, t + 0 }'
+}
+
+# bpf_progs: "NAME CALLS NS" per loaded struct_ops program.
+bpf_progs() {
+  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" { n = ""; c = 0; t = 0
+    for (i = 1; i < NF; i++) { if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1)
+      if ($i == "run_cnt") c = $(i + 1) }
+    if (n != "") print n, c, t }'
 }
 
 # bench_sched NAME ROUND: loads scheduler NAME, runs bench_one, unloads it. NAME is eevdf (the

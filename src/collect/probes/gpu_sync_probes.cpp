@@ -232,6 +232,17 @@ int GpuSyncProbes::phase_map_fd() const {
   return phase_error_ ? -1 : bpf_map__fd(impl_->skel->maps.zernel_phase_threads);
 }
 
+GpuSyncProbes::ProgramRuns GpuSyncProbes::phase_switch_runs() const {
+  if (phase_error_) return {};
+  bpf_prog_info info{};
+  __u32 len = sizeof info;
+  if (bpf_prog_get_info_by_fd(bpf_program__fd(impl_->skel->progs.zernel_phase_switch), &info,
+                              &len) != 0) {
+    return {};
+  }
+  return {info.run_cnt, info.run_time_ns};
+}
+
 bool GpuSyncProbes::futex_link_ok() const { return impl_->futex_link != nullptr; }
 
 Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
@@ -244,6 +255,11 @@ Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
       return Error(E2BIG, "phases from events: 65,536 processes have a role already");
     }
     return libbpf_error("phases from events: naming pid " + std::to_string(pid), err);
+  }
+  // After the write: a thread that cached "no role" re-reads once (probes.bpf.c, phase_thread).
+  // Never 0 again, which means "no process named" there.
+  if (__atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE) == 0) {
+    __atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE);
   }
   return Ok{};
 }

@@ -184,6 +184,14 @@ class GpuSyncProbes {
   [[nodiscard]] const std::optional<Error>& futex_error() const { return futex_error_; }
   [[nodiscard]] const std::vector<AttachedLibrary>& libraries() const { return libraries_; }
   [[nodiscard]] ProbeStats stats() const;
+  // The sched_switch phase program's runs and their summed time (ns) so far, for benchmarks;
+  // counted only while the kernel's run-time statistics are on (BPF_ENABLE_STATS or
+  // kernel.bpf_stats_enabled). Zeros when phases from events are off.
+  struct ProgramRuns {
+    std::uint64_t count = 0;
+    std::uint64_t ns = 0;
+  };
+  [[nodiscard]] ProgramRuns phase_switch_runs() const;
 
   struct Impl;  // libbpf objects (gpu_sync_probes.cpp)
 

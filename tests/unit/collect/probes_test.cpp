@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/bpf.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -847,6 +848,34 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
   EXPECT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
 }
 
+// With some process named, a thread of another process keeps "no role" in its storage; naming
+// its process later (the generation moves) must still make its next event count.
+TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracked) {
+  auto worker = [](int cmd, int rep) {
+    Child::reply(rep, 'L');
+    while (Child::next(cmd) == 'G') {
+      burn_cpu(2 * kMs);
+      Child::reply(rep, 'd');
+    }
+    return 0;
+  };
+  Child named(worker);
+  ASSERT_EQ(named.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(named.upid(), PhaseRole::rank).ok());
+  Child child(worker);
+  ASSERT_EQ(child.expect(), 'L');
+  for (int i = 0; i < 3; ++i) {  // it sleeps and wakes: its thread caches "no role"
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  EXPECT_TRUE(main_thread_events(child.upid()).empty());
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(main_thread_events(child.upid()).empty());  // its read(): a data wait
+}
+
 TEST_F(PhaseEvents, counts_its_events) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
@@ -862,8 +891,8 @@ TEST_F(PhaseEvents, counts_its_events) {
 
 // The cost of the phase programs where they run on every context switch of the machine: a pipe
 // ping-pong between two threads pinned to one CPU (two switches per round trip), without any
-// probes, with the probes but phases off, with phases and the process untracked, and with it a
-// rank (its threads followed).
+// probes, with the probes but phases off, with phases and no process named, with phases and
+// another process named (this one untracked), and with this one a rank (its threads followed).
 // Prints ns per round trip; run by hand:
 //   zernel_unit_tests --gtest_also_run_disabled_tests --gtest_filter='PhaseEventsCost.*'
 TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
@@ -895,6 +924,22 @@ TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
     sched_setaffinity(0, sizeof before, &before);
     return ns;
   };
+  // The switch program's own time per run, from the kernel's run-time statistics (on only
+  // while this test holds the descriptor): free of the host's noise that the round trip has.
+  bpf_attr attr{};
+  attr.enable_stats.type = BPF_STATS_RUN_TIME;
+  const int stats_fd = static_cast<int>(syscall(SYS_bpf, BPF_ENABLE_STATS, &attr, sizeof attr));
+  // ping_pong() with the switch program's ns per run and runs per round trip over it.
+  auto measured = [&](const GpuSyncProbes& p, double& prog_ns, double& runs) {
+    const auto a = p.phase_switch_runs();
+    const double rt = ping_pong();
+    const auto b = p.phase_switch_runs();
+    prog_ns = b.count > a.count
+                  ? static_cast<double>(b.ns - a.ns) / static_cast<double>(b.count - a.count)
+                  : 0;
+    runs = static_cast<double>(b.count - a.count) / (7.0 * kRounds);
+    return rt;
+  };
   const double none = ping_pong();
   double without_phases = 0;
   {
@@ -906,15 +951,36 @@ TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
   o.phase_events = true;
   auto r = GpuSyncProbes::open(o);
   if (!r) GTEST_SKIP() << r.error().message();
-  const double untracked = ping_pong();
+  double prog_ns[3] = {};
+  double runs = 0;
+  const double no_roles = measured(*r.value(), prog_ns[0], runs);
+  // Another process named (a child that only waits): this one's threads are untracked, and
+  // each looks its process up once and caches the answer.
+  const pid_t other = fork();
+  ASSERT_GE(other, 0);
+  if (other == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_TRUE(r.value()->set_phase_role(static_cast<std::uint32_t>(other), PhaseRole::rank).ok());
+  const double untracked = measured(*r.value(), prog_ns[1], runs);
+  kill(other, SIGKILL);
+  waitpid(other, nullptr, 0);
   ASSERT_TRUE(r.value()->set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
-  const double tracked = ping_pong();
+  const double tracked = measured(*r.value(), prog_ns[2], runs);
   std::vector<PhaseEvent> events;
   r.value()->drain_phase_events(events);
-  std::printf("pipe round trip (2 context switches): %.0f ns without probes, %.0f with the probes "
-              "but not the phase programs, %.0f with them (untracked), %.0f tracked as a rank (%zu "
-              "phase changes sent)\n",
-              none, without_phases, untracked, tracked, events.size());
+  if (stats_fd >= 0) close(stats_fd);
+  std::printf(
+      "pipe round trip (2 context switches): %.0f ns without probes, %.0f with the probes "
+      "but not the phase programs, %.0f with them and no process named, %.0f untracked "
+      "(another process named), %.0f tracked as a rank (%zu phase changes sent)\n",
+      none, without_phases, no_roles, untracked, tracked, events.size());
+  std::printf(
+      "the sched_switch program itself (%.1f runs per round trip): %.0f ns per run with no "
+      "process named, %.0f untracked, %.0f tracked%s\n",
+      runs, prog_ns[0], prog_ns[1], prog_ns[2],
+      stats_fd < 0 ? " (no run-time statistics: bpf_enable_stats failed)" : "");
 }
 
 TEST(PhaseEventsOff, are_off_unless_asked_for_and_say_so) {
