@@ -39,9 +39,7 @@ check "no daemon: no output or temporary file" "[[ -z \$(ls -A $tmp | grep none)
 
 port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/config.toml"
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --emulated-gpu \
-  --control-socket "$sock" > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
+start_daemon --backend observe --emulated-gpu --control-socket "$sock" || { summary; exit; }
 wait_for 10 "[[ -S $sock ]]"
 check "daemon listens on its control socket" "[[ -S $sock ]]"
 
@@ -197,11 +195,8 @@ sleep 0.5
 kill -TERM "$wl_pid" 2>/dev/null
 wait "$wl_pid" 2>/dev/null
 wl_pid=""
-kill -TERM "$daemon_pid"
-wait "$daemon_pid"
-rc=$?
-daemon_pid=""
-check "daemon exits 0 on SIGTERM (got $rc)" "[[ $rc -eq 0 ]]"
+stop_daemon
+check "daemon exits 0 on SIGTERM (got $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 wait "$stopper"
 rc=$?
 check "a trace cut short by the daemon's stop exits 1 with the reason (got $rc)" \
