@@ -49,12 +49,14 @@ def main():
     base_ns = t.get("baseTimeNanoseconds", 0)
     if not isinstance(base_ns, int) or base_ns < 0:
         die(f"{a.pytorch}: \"baseTimeNanoseconds\" is not a non-negative integer")
-    shift_us = base_ns / 1000.0
+    # The whole microseconds first (exact: epoch microseconds as doubles are exact integers),
+    # then the rest: base_ns / 1000.0 as one double would be off by up to 0.25 us.
+    whole_us, rest_ns = divmod(base_ns, 1000)
     merged = dict(t)
     events = list(t["traceEvents"])
     for e in z["traceEvents"]:
         if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
-            e = dict(e, ts=e["ts"] - shift_us)
+            e = dict(e, ts=(e["ts"] - whole_us) - rest_ns / 1000.0)
         events.append(e)
     merged["traceEvents"] = events
     try:
@@ -63,7 +65,7 @@ def main():
     except OSError as e:
         die(f"{a.output}: {e}")
     print(f"{a.output}: {len(t['traceEvents'])} PyTorch + {len(z['traceEvents'])} zernel events"
-          f" (zernel shifted by {shift_us:.0f} us)")
+          f" (zernel shifted by {base_ns // 1000} us)")
 
 
 if __name__ == "__main__":
