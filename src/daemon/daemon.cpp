@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 
 #include <spdlog/spdlog.h>
 
@@ -520,8 +519,9 @@ void Daemon::drop_if_replaced(std::uint32_t pid, std::uint64_t starttime_ticks) 
 
 void Daemon::track_assigned(std::uint32_t pid, std::uint64_t starttime_ticks) {
   if (tracked_.contains(pid)) return;
-  std::string comm;
-  std::ifstream(opts_.proc_root + "/" + std::to_string(pid) + "/comm") >> comm;
+  // The whole comm (it may hold spaces), as discovery reads it.
+  std::string comm =
+      sys::read_first_line(opts_.proc_root + "/" + std::to_string(pid) + "/comm").value_or("");
   tracked_[pid] = Tracked{comm, std::nullopt, collect::ProcessRole::matched};
   tracked_[pid].start = starttime_ticks;
 }

@@ -9,22 +9,20 @@
 // end, the recording is sent to the client; if the client has gone meanwhile (it hung up or was
 // closed), the recording is dropped at the next tick: nothing is left running.
 #include <ctime>
-#include <fstream>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
 #include "daemon/daemon.hpp"
+#include "sys/file.hpp"
 
 namespace zernel::daemon {
 namespace {
 
 std::string read_comm(const std::string& proc_root, std::uint32_t pid, std::uint32_t tid) {
-  std::ifstream in(proc_root + "/" + std::to_string(pid) + "/task/" + std::to_string(tid) +
-                   "/comm");
-  std::string comm;
-  std::getline(in, comm);
-  return comm;
+  return sys::read_first_line(proc_root + "/" + std::to_string(pid) + "/task/" +
+                              std::to_string(tid) + "/comm")
+      .value_or(std::string());
 }
 
 // CLOCK_REALTIME - CLOCK_MONOTONIC, from the closest of a few pairs of readings.
