@@ -690,6 +690,22 @@ class PhaseEvents : public ::testing::Test {
     return out;
   }
 
+  // Three steps of `child` (burn_step_child, a process no role names: its thread sleeps and
+  // wakes) give no event; named a rank, its next step's wait for the command (a read()) is a
+  // data wait. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+  void expect_followed_once_named(Child& child) {
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(child.send('G'));
+      ASSERT_EQ(child.expect(), 'd');
+    }
+    EXPECT_TRUE(main_thread_events(child.upid()).empty());
+    ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+    std::this_thread::sleep_for(20ms);
+    EXPECT_FALSE(main_thread_events(child.upid()).empty());
+  }
+
   static std::string describe(const std::vector<PhaseEvent>& events) {
     std::string s;
     for (const PhaseEvent& e : events) {
@@ -734,9 +750,19 @@ int rank_step_child(int cmd, int rep) {
   if (!gpu.work(kMs / 2)) return Child::reply(rep, 'F'), 1;  // short: stays OptimizerStep
   burn_cpu(3 * kMs);
   if (!gpu.work(40 * kMs)) return Child::reply(rep, 'F'), 1;  // long: GpuCompute from its entry
-  burn_cpu(60 * kMs);                                    // beyond the 50 ms bound
+  burn_cpu(60 * kMs);                                         // beyond the 50 ms bound
   Child::reply(rep, 'D');
   Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+// Each command 'G': 2 ms of CPU, then the reply 'd'; between commands it sleeps in read().
+int burn_step_child(int cmd, int rep) {
+  Child::reply(rep, 'L');
+  while (Child::next(cmd) == 'G') {
+    burn_cpu(2 * kMs);
+    Child::reply(rep, 'd');
+  }
   return 0;
 }
 
@@ -821,25 +847,9 @@ TEST_F(PhaseEvents, marks_a_worker_idle_only_after_a_sleep_longer_than_the_hyste
 }
 
 TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
-  Child child([](int cmd, int rep) {
-    Child::reply(rep, 'L');
-    while (Child::next(cmd) == 'G') {
-      burn_cpu(2 * kMs);
-      Child::reply(rep, 'd');
-    }
-    return 0;
-  });
+  Child child(burn_step_child);
   ASSERT_EQ(child.expect(), 'L');
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(child.send('G'));
-    ASSERT_EQ(child.expect(), 'd');
-  }
-  EXPECT_TRUE(main_thread_events(child.upid()).empty());
-  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
-  ASSERT_TRUE(child.send('G'));
-  ASSERT_EQ(child.expect(), 'd');
-  std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(main_thread_events(child.upid()).empty());  // its read(): a data wait
+  ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
   probes_->forget(child.upid());
   all_.clear();
   // A thread already given state keeps it, but no new thread of the process is followed: the
@@ -851,29 +861,13 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
 // With some process named, a thread of another process keeps "no role" in its storage; naming
 // its process later (the generation moves) must still make its next event count.
 TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracked) {
-  auto worker = [](int cmd, int rep) {
-    Child::reply(rep, 'L');
-    while (Child::next(cmd) == 'G') {
-      burn_cpu(2 * kMs);
-      Child::reply(rep, 'd');
-    }
-    return 0;
-  };
-  Child named(worker);
+  Child named(burn_step_child);
   ASSERT_EQ(named.expect(), 'L');
   ASSERT_TRUE(probes_->set_phase_role(named.upid(), PhaseRole::rank).ok());
-  Child child(worker);
+  Child child(burn_step_child);
   ASSERT_EQ(child.expect(), 'L');
-  for (int i = 0; i < 3; ++i) {  // it sleeps and wakes: its thread caches "no role"
-    ASSERT_TRUE(child.send('G'));
-    ASSERT_EQ(child.expect(), 'd');
-  }
-  EXPECT_TRUE(main_thread_events(child.upid()).empty());
-  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
-  ASSERT_TRUE(child.send('G'));
-  ASSERT_EQ(child.expect(), 'd');
-  std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(main_thread_events(child.upid()).empty());  // its read(): a data wait
+  // Its first steps cache "no role" in its thread's storage; naming it must still count.
+  ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
 }
 
 TEST_F(PhaseEvents, counts_its_events) {
@@ -966,7 +960,8 @@ TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
   const double untracked = measured(*r.value(), prog_ns[1], runs);
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
-  ASSERT_TRUE(r.value()->set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
+  ASSERT_TRUE(
+      r.value()->set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
   const double tracked = measured(*r.value(), prog_ns[2], runs);
   std::vector<PhaseEvent> events;
   r.value()->drain_phase_events(events);
