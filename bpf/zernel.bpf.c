@@ -990,6 +990,14 @@ static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
 	return tctx;
 }
 
+/* The probes' state of a thread they follow; NULL: none, or their cached "no role" (probes.h) */
+static __always_inline struct zernel_phase_thread *phase_state(struct task_struct *p)
+{
+	struct zernel_phase_thread *st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+
+	return st && st->role ? st : NULL;
+}
+
 /* Counts the thread's current phase change (since_ns) in its delay bucket, once. */
 static __always_inline void phase_delay(struct task_ctx *tctx, u64 since_ns, u64 delay)
 {
@@ -1017,8 +1025,8 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 
 	if (!zernel_follow_phases || !tctx->weight)
 		return false;
-	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st || !st->role) /* role 0: the probes' cached "no role" (probes.h) */
+	st = phase_state(p);
+	if (!st)
 		return false;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
@@ -1055,8 +1063,8 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 	struct zernel_phase_thread *st;
 	u32 idx;
 
-	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st || !st->role || st->since_ns == tctx->psince_ns)
+	st = phase_state(p);
+	if (!st || st->since_ns == tctx->psince_ns)
 		return;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
 	if (idx == tctx->tphase)
@@ -1502,8 +1510,8 @@ static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
 		return 0;
 	if (scx_bpf_task_running(p) && scx_bpf_task_cpu(p) == k->cpu) {
 		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
-		st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-		if (tctx && st && st->role && st->since_ns != tctx->psince_ns) {
+		st = phase_state(p);
+		if (tctx && st && st->since_ns != tctx->psince_ns) {
 			tctx->pkicked = 1;
 			scx_bpf_kick_cpu(k->cpu, SCX_KICK_PREEMPT);
 			stat_inc(ZERNEL_STAT_PHASE_KICK);
@@ -1624,8 +1632,8 @@ static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *t
 	struct cpu_state *cs;
 	u64 now;
 
-	st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
-	if (!st || !st->role || st->since_ns == tctx->psince_ns)
+	st = phase_state(p);
+	if (!st || st->since_ns == tctx->psince_ns)
 		return;
 	now = now_ns();
 	account_run(p, tctx, now);
