@@ -235,7 +235,8 @@
  *   takes each out of its node's load), so the node is inactive. Were one still counted, its
  *   weight would stay in the parent's sum: the siblings' shares a little low, never starved.
  * - Quota bookkeeping (bw_used) is atomic, the period start and throttled flag are not: a
- *   refill racing with a charge may thaw a cgroup one 5 ms timer tick early or late.
+ *   refill racing with a charge may thaw a cgroup one 5 ms refill step early or late. Two
+ *   refills never run together: each claims its step by a compare-and-swap of bw_next_ns.
  */
 #include <scx/common.bpf.h>
 
@@ -385,6 +386,10 @@ static struct znode root_node;
 static u64 tree_gen = 1;
 /* Non-zero while some cgroup has a quota: ops.tick does nothing otherwise. */
 static u64 bw_nr;
+/* When the next refill is due (the last one plus ZERNEL_BW_TICK_NS); claimed by compare-and-swap. */
+static u64 bw_next_ns;
+/* Set when a refill from ops.tick thawed a cgroup: the next ops.dispatch releases its threads. */
+static volatile u64 bw_release_pending;
 private(ZTREE) struct bpf_spin_lock tree_lock;
 
 /*
@@ -1476,6 +1481,9 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	return true;
 }
 
+static void bw_release(void);
+static void bw_tick_refill(void);
+
 void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 {
 	/*
@@ -1488,6 +1496,11 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 		if (scx_bpf_dsq_move_to_local(ZERNEL_DSQ_RESCUE, 0))
 			return;
 		rescue_pending = 0;
+	}
+	/* A refill from ops.tick thawed a cgroup (cpu.max): its parked threads go back. */
+	if (bw_release_pending) {
+		bw_release_pending = 0;
+		bw_release();
 	}
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && keep_prev(prev, cpu))
 		return;
@@ -1662,6 +1675,8 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 
 	if (!bw_nr && !zernel_follow_phases)
 		return;
+	if (bw_nr)
+		bw_tick_refill();
 	tctx = task_ctx_get(p);
 	if (!tctx)
 		return;
@@ -1930,6 +1945,21 @@ static bool bw_refill(u64 now)
 	return thawed;
 }
 
+/*
+ * Claims the refill that is due (one per ZERNEL_BW_TICK_NS step, whoever comes first: the timer or
+ * a tick) and does it; true when it thawed a cgroup.
+ */
+static bool bw_refill_due(u64 now)
+{
+	u64 due = bw_next_ns;
+
+	if (time_before(now, due))
+		return false;
+	if (__sync_val_compare_and_swap(&bw_next_ns, due, now + ZERNEL_BW_TICK_NS) != due)
+		return false;
+	return bw_refill(now);
+}
+
 /* Tasks parked in the throttled DSQ whose cgroups have quota again go back to the queue. */
 static void bw_release(void)
 {
@@ -1957,10 +1987,33 @@ static void bw_release(void)
 	bpf_rcu_read_unlock();
 }
 
+/*
+ * The refill step from ops.tick. A BPF timer is a soft one: in the VM its callbacks came 8-90 ms
+ * late (on an idle CPU most), three refill periods late at worst, and the quota those periods
+ * held was lost (a cgroup at cpu.max 20 % got 12-15 % of a CPU on 4 vCPUs). A tick comes from the
+ * hard timer interrupt of every busy CPU. It cannot move tasks between queues (only ops.dispatch
+ * and timers may): it flags the release for the next ops.dispatch and kicks an idle CPU to make
+ * one. Idle CPUs have no tick; with every CPU idle the timer is left, and nothing else waits.
+ */
+static void bw_tick_refill(void)
+{
+	const struct cpumask *idle;
+	s32 cpu;
+
+	if (!bw_refill_due(now_ns()))
+		return;
+	bw_release_pending = 1;
+	idle = scx_bpf_get_idle_cpumask();
+	cpu = bpf_cpumask_any_distribute(idle);
+	scx_bpf_put_idle_cpumask(idle);
+	if (cpu < nr_cpus)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
 static int bw_timer(void *map, int *key, struct bpf_timer *timer)
 {
 	if (bw_nr) {
-		bw_refill(now_ns());
+		bw_refill_due(now_ns());
 		if (scx_bpf_dsq_nr_queued(ZERNEL_DSQ_THROTTLED) > 0)
 			bw_release();
 	}
