@@ -491,8 +491,14 @@ share_late() {
   msg="$msg $((t2 - t1)) in the 8 s after"
   # Its group (the root's own threads) is owed half the machine, more than the half CPU it asks
   # for; without wakeup preemption it waits for a hog's slice to end at each wakeup, so it gets
-  # 10-25 % of a CPU (EEVDF, which preempts: 30-35 %). Starved, as in the issue, it got 0 and 4.
-  if [ $((t1 - t0)) -ge 10 ] && [ $((t2 - t1)) -ge 60 ]; then ok "$msg"; else bad "$msg"; fi
+  # 10-25 % of a CPU on 2 CPUs (EEVDF, which preempts: 30-35 %). Starved, as in the issue, it
+  # got 0 and 4. On 4 CPUs it found an idle CPU at nearly every wakeup while alone, never passed
+  # through the queue, and a scheduler whose clock follows only the queue (cef1101) let it run
+  # 20 s ahead: 23 and 73 there (EEVDF 68 and 267; 46 and 186 after 2 s alone); it wants 100
+  # and 400, and a hog's slice end comes four times as often: at least 30 and 150.
+  lo1=10 lo2=60
+  [ "$(nproc)" -lt 4 ] || { lo1=30 lo2=150; }
+  if [ $((t1 - t0)) -ge $lo1 ] && [ $((t2 - t1)) -ge $lo2 ]; then ok "$msg"; else bad "$msg"; fi
   stop_all late
 }
 
