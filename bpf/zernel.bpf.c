@@ -83,7 +83,8 @@
  * select_cpu that would put one on an idle CPU leaves it to ops.enqueue. SCX_OPS_ENQ_LAST makes
  * the kernel hand a task whose slice ended with nothing else to run to ops.enqueue, where it is
  * parked (otherwise the kernel runs it on with a new slice, and a lone limited task on a machine
- * with idle CPUs would never be throttled). A BPF timer every 5 ms
+ * with idle CPUs would never be throttled). Every 5 ms a refill (ops.tick of a busy CPU, or a BPF
+ * timer when no CPU is busy: a soft timer, which came up to 90 ms late in the VM)
  * starts the periods that ended (used -= quota per period; an overrun is debt the next period
  * pays, so the long-run rate is the quota exactly; idle periods earn no credit; burst is not
  * implemented) and moves the parked threads of thawed cgroups back into the shared queue with
