@@ -105,6 +105,39 @@ for s in $scheds; do
     }' "$log"
 done
 echo "($(grep -c '^@@ bench round' "$log") rounds; every figure a median over them)"
+# Every round's pipe figure, and where the pair ran: the share of round trips with both processes
+# on one CPU, round by round; the median pipe figure over the rounds in which the pair ran mostly
+# on one CPU (same CPU >= 50 %) and over those on two (the two placements differ by about 20 %,
+# and which one a run falls into is chance, for scx_simple as for zernel: compare like with
+# like); medians of their migrations and involuntary switches per 1000 round trips (both
+# processes together), and of rescheduling and function-call IPIs per 100 round trips.
+echo
+echo "| scheduler | pipe us, round by round | same CPU %, round by round | pipe us, one CPU (rounds) | pipe us, two CPUs (rounds) | migrations /1000 | involuntary /1000 | RES IPIs /100 | CAL IPIs /100 |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for s in $scheds; do
+  awk -v s="$s" '
+    function med(a, n,   i, j, t) {
+      if (!n) return "-"
+      for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    $1 != "@@" || $2 != "bench" || $3 != s || $4 != "round" { next }
+    $6 == "pipe" { n = $7; us = ""; same = ""
+                   for (i = 1; i <= NF; i++) {
+                     if ($i == "us/op,") us = $(i - 1)
+                     if ($i == "same-cpu") same = $(i + 1)
+                     if ($i == "migrations" || $i == "involuntary") {
+                       split($(i + 1), ab, "+"); v = (ab[1] + ab[2]) * 1000 / n
+                       if ($i == "migrations") mg[++nm] = v; else iv[++ni] = v } }
+                   rounds = rounds " " us
+                   if (same != "") { sames = sames " " same
+                     if (same >= 50) one[++n1] = us; else two[++n2] = us } }
+    $6 == "ipi" { res[++nr] = $8; cal[++nc] = $10 }
+    END { printf "| %s |%s |%s | %s (%d) | %s (%d) | %s | %s | %s | %s |\n", s, rounds, sames,
+            med(one, n1), n1, med(two, n2), n2, med(mg, nm), med(iv, ni), med(res, nr),
+            med(cal, nc) }' "$log"
+done
 if grep -q '^@@ bench [a-z_]* round [0-9]* bpf ' "$log"; then
   echo
   echo "| scheduler | BPF ns per pipe round trip (median) | min | max | callbacks per round trip |"
