@@ -315,7 +315,8 @@ bench_one() {
   i0=$(ipis)
   r "bench $1 round $2 $(zernel-schedbench pipe "$rt")"
   # Rescheduling and function-call IPIs (all CPUs) per 100 round trips: cross-CPU wakeups.
-  set -- "$1" "$2" $i0 $(ipis)
+  i1=$(ipis)
+  set -- "$1" "$2" $i0 $i1
   r "bench $1 round $2 ipi res $((($5 - $3) * 100 / rt)) cal $((($6 - $4) * 100 / rt)) per 100 round trips"
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
     c1=$(bpf_cost)
