@@ -23,6 +23,12 @@
 # log ("@@ bench NAME round N prog ...") each callback's ns per call and calls per 100 round
 # trips; the statistics add two clock reads to every callback, so leave them off for the
 # headline figures).
+# Placement: each pipe run also reports where the pair ran (same-CPU share of round trips,
+# migrations, involuntary switches; the guest adds IPIs per round trip). A run with both on one
+# CPU is about 20 % faster than one on two, and which a run gets is chance, for scx_simple as for
+# zernel; so besides the plain medians the script prints every round, medians over one-CPU and
+# two-CPU rounds apart, and each scheduler's pipe figure fitted at one same-CPU share (its
+# ratio to scx_simple compares cost at equal placement).
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 repo=$(realpath "$here/../..")
@@ -105,6 +111,68 @@ for s in $scheds; do
     }' "$log"
 done
 echo "($(grep -c '^@@ bench round' "$log") rounds; every figure a median over them)"
+# Every round's pipe figure, and where the pair ran: the share of round trips with both processes
+# on one CPU, round by round; the median pipe figure over the rounds in which the pair ran mostly
+# on one CPU (same CPU >= 50 %) and over those on two (the two placements differ by about 20 %,
+# and which one a run falls into is chance, for scx_simple as for zernel: compare like with
+# like); medians of their migrations and involuntary switches per 1000 round trips (both
+# processes together), and of rescheduling and function-call IPIs per 100 round trips.
+echo
+echo "| scheduler | pipe us, round by round | same CPU %, round by round | pipe us, one CPU (rounds) | pipe us, two CPUs (rounds) | migrations /1000 | involuntary /1000 | RES IPIs /100 | CAL IPIs /100 |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for s in $scheds; do
+  awk -v s="$s" '
+    function med(a, n,   i, j, t) {
+      if (!n) return "-"
+      for (i = 2; i <= n; i++)
+        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    $1 != "@@" || $2 != "bench" || $3 != s || $4 != "round" { next }
+    $6 == "pipe" { n = $7; us = ""; same = ""
+                   for (i = 1; i <= NF; i++) {
+                     if ($i == "us/op,") us = $(i - 1)
+                     if ($i == "same-cpu") same = $(i + 1)
+                     if ($i == "migrations" || $i == "involuntary") {
+                       split($(i + 1), ab, "+"); v = (ab[1] + ab[2]) * 1000 / n
+                       if ($i == "migrations") mg[++nm] = v; else iv[++ni] = v } }
+                   rounds = rounds " " us
+                   if (same != "") { sames = sames " " same
+                     if (same >= 50) one[++n1] = us; else two[++n2] = us } }
+    $6 == "ipi" { res[++nr] = $8; cal[++nc] = $10 }
+    END { printf "| %s |%s |%s | %s (%d) | %s (%d) | %s | %s | %s | %s |\n", s, rounds, sames,
+            med(one, n1), n1, med(two, n2), n2, med(mg, nm), med(iv, ni), med(res, nr),
+            med(cal, nc) }' "$log"
+done
+# Placement-adjusted: per scheduler, the least-squares line of pipe us against the same-CPU share
+# of its rounds, read at one share for all (the median over every round of every scheduler), and
+# its ratio to scx_simple's. Within a boot the rounds of one scheduler lie close to such a line
+# (about 0.5 us per 10 points of same-CPU share), so this compares the schedulers' cost at equal
+# placement, where the plain ratio also measures which placements chance gave each.
+awk '$1 == "@@" && $2 == "bench" && $4 == "round" && $6 == "pipe" {
+    u = s = ""
+    for (i = 1; i <= NF; i++) { if ($i == "us/op,") u = $(i - 1); if ($i == "same-cpu") s = $(i + 1) }
+    if (s == "") next
+    k = $3; if (!(k in n)) order[++ns] = k
+    n[k]++; X[k] += s; Y[k] += u; XX[k] += s * s; XY[k] += s * u; all[++na] = s }
+  END {
+    if (!na) exit
+    for (i = 2; i <= na; i++)
+      for (j = i; j > 1 && all[j - 1] > all[j]; j--) { t = all[j]; all[j] = all[j - 1]; all[j - 1] = t }
+    at = na % 2 ? all[(na + 1) / 2] : (all[na / 2] + all[na / 2 + 1]) / 2
+    for (i = 1; i <= ns; i++) {
+      k = order[i]; m = n[k]; d = m * XX[k] - X[k] * X[k]
+      b = d > 0 ? (m * XY[k] - X[k] * Y[k]) / d : 0
+      f[k] = (Y[k] - b * X[k]) / m + b * at; sl[k] = 10 * b
+    }
+    printf "\n| scheduler | pipe us at %.1f %% same CPU (fit over its rounds) | us per 10 points | / scx_simple |\n", at
+    print "| --- | --- | --- | --- |"
+    for (i = 1; i <= ns; i++) {
+      k = order[i]
+      printf "| %s | %.2f | %.2f | %s |\n", k, f[k], sl[k],
+        ("scx_simple" in f) ? sprintf("%.3f", f[k] / f["scx_simple"]) : "-"
+    }
+  }' "$log"
 if grep -q '^@@ bench [a-z_]* round [0-9]* bpf ' "$log"; then
   echo
   echo "| scheduler | BPF ns per pipe round trip (median) | min | max | callbacks per round trip |"

@@ -4,7 +4,10 @@
  *
  *   pipe N     two processes pass one byte back and forth over two pipes N times (a round trip
  *              is two wakeups, like `perf bench sched pipe`); prints us per round trip and the
- *              p99 of single round trips
+ *              p99 of single round trips, then where the pair ran: the share of round trips in
+ *              which both ran on one CPU (the child passes its CPU in the byte), and both
+ *              processes' migrations and involuntary switches during the round trips
+ *              (/proc/self/sched), which tell one scheduler's placement from another's
  *   msg G L    hackbench-like messaging: G groups of 10 senders and 10 receivers over socket
  *              pairs, each sender writes L 100-byte messages to every receiver; prints seconds
  */
@@ -13,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,13 +37,42 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Counters of the calling thread from /proc/thread-self/sched; 0 where unreadable. */
+struct sched_counts {
+	long migrations, involuntary;
+};
+
+static struct sched_counts sched_counts(void)
+{
+	struct sched_counts sc = {0, 0};
+	char line[256];
+	FILE *f = fopen("/proc/thread-self/sched", "r");
+	long v;
+
+	if (!f)
+		return sc;
+	while (fgets(line, sizeof(line), f)) {
+		char *colon = strchr(line, ':');
+
+		if (!colon || sscanf(colon + 1, "%ld", &v) != 1)
+			continue;
+		if (!strncmp(line, "se.nr_migrations ", 17))
+			sc.migrations = v;
+		else if (!strncmp(line, "nr_involuntary_switches ", 24))
+			sc.involuntary = v;
+	}
+	fclose(f);
+	return sc;
+}
+
 static int do_pipe(long n)
 {
+	struct sched_counts p0, p1, c0, c1, cd;
 	int ping[2], pong[2];
 	uint64_t t0, t, *rt;
+	long i, same = 0;
 	char c = 0;
 	pid_t child;
-	long i;
 
 	if (n <= 0 || pipe(ping) || pipe(pong))
 		return 2;
@@ -48,23 +81,41 @@ static int do_pipe(long n)
 		return 1;
 	child = fork();
 	if (child == 0) {
-		for (i = 0; i < n; i++)
-			if (read(ping[0], &c, 1) != 1 || write(pong[1], &c, 1) != 1)
+		c0 = sched_counts();
+		for (i = 0; i < n; i++) {
+			if (read(ping[0], &c, 1) != 1)
 				_exit(1);
-		_exit(0);
+			c = (char)sched_getcpu();
+			if (write(pong[1], &c, 1) != 1)
+				_exit(1);
+		}
+		/* After the timed loop: the child's counters travel over the pipe. */
+		c1 = sched_counts();
+		cd.migrations = c1.migrations - c0.migrations;
+		cd.involuntary = c1.involuntary - c0.involuntary;
+		_exit(write(pong[1], &cd, sizeof(cd)) == (ssize_t)sizeof(cd) ? 0 : 1);
 	}
+	p0 = sched_counts();
 	t0 = now_ns();
 	for (i = 0; i < n; i++) {
 		t = now_ns();
 		if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
 			return 1;
 		rt[i] = now_ns() - t;
+		same += c == (char)sched_getcpu();
 	}
 	t = now_ns() - t0;
+	p1 = sched_counts();
+	if (read(pong[0], &cd, sizeof(cd)) != (ssize_t)sizeof(cd))
+		return 1;
 	waitpid(child, NULL, 0);
 	qsort(rt, (size_t)n, sizeof(*rt), cmp_u64);
-	printf("pipe %ld round trips: %.3f s, %.1f us/op, p99 %.1f us\n", n, (double)t / 1e9,
-	       (double)t / 1e3 / (double)n, (double)rt[(size_t)((double)(n - 1) * 0.99)] / 1e3);
+	printf("pipe %ld round trips: %.3f s, %.1f us/op, p99 %.1f us, same-cpu %.1f %%, "
+	       "migrations %ld+%ld, involuntary %ld+%ld\n",
+	       n, (double)t / 1e9, (double)t / 1e3 / (double)n,
+	       (double)rt[(size_t)((double)(n - 1) * 0.99)] / 1e3, 100.0 * (double)same / (double)n,
+	       p1.migrations - p0.migrations, cd.migrations, p1.involuntary - p0.involuntary,
+	       cd.involuntary);
 	free(rt);
 	return 0;
 }

@@ -312,7 +312,12 @@ check_churn() {
 bench_one() {
   rt=${SCX_BENCH_PIPE:-20000}
   [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost) && bpf_progs > /tmp/progs0
+  i0=$(ipis)
   r "bench $1 round $2 $(zernel-schedbench pipe "$rt")"
+  # Rescheduling and function-call IPIs (all CPUs) per 100 round trips: cross-CPU wakeups.
+  i1=$(ipis)
+  set -- "$1" "$2" $i0 $i1
+  r "bench $1 round $2 ipi res $((($5 - $3) * 100 / rt)) cal $((($6 - $4) * 100 / rt)) per 100 round trips"
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
     c1=$(bpf_cost)
     bpf_progs > /tmp/progs1
@@ -324,6 +329,12 @@ bench_one() {
         ($2 - c[$1]) * 100 / rt }' /tmp/progs0 /tmp/progs1
   fi
   r "bench $1 round $2 $(zernel-schedbench msg 4 200)"
+}
+
+# ipis: "RES CAL", rescheduling and function-call interrupts so far, summed over the CPUs.
+ipis() {
+  awk '$1 == "RES:" || $1 == "CAL:" { n = 0; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) n += $i
+    v[$1] = n } END { print v["RES:"] + 0, v["CAL:"] + 0 }' /proc/interrupts
 }
 
 # bpf_cost: "CALLS NS" summed over the loaded struct_ops programs (the sched_ext scheduler's
