@@ -441,7 +441,9 @@ struct {
  *
  * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
  * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
- * (sched_ext's kfuncs are not registered for uprobes; tracing programs cannot hold a bpf_timer).
+ * (sched_ext's kfuncs are not registered for uprobes; and older kernels, 6.12 among them, refuse
+ * a bpf_timer in a tracing program, which would let a probe start this object's timer at once:
+ * the VM tests' 7.3 does not).
  * The phase timer does it: ops.running of a followed thread (one of a decided process whose
  * phase phase_follow applied) arms its CPU's timer (phase_kicks, pinned to the CPU); every
  * ZERNEL_PHASE_KICK_NS, for as long as a followed thread runs there, it looks whether that thread
