@@ -1585,13 +1585,15 @@ static __always_inline void phase_kick_arm(struct task_struct *p)
  * ops.running of a followed thread: a change made while it waited in a queue applies now, before
  * its weight and slice are read. The probes commit some changes as a thread is switched out still
  * runnable, after ops.enqueue queued it (sched_switch: a DataLoader worker's DataLoading, the
- * optimizer's bound): without this the change waited for the phase timer's first look.
+ * optimizer's bound): without this the change waited for the phase timer's first look. So does
+ * the phase's policy after a new decision replaced it (task_refresh: tphase ZERNEL_NO_PHASE).
  */
 static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_phase_thread *st = phase_state(p);
 
-	if (!st || st->since_ns == tctx->psince_ns || !phase_follow(p, tctx, false))
+	if (!st || (st->since_ns == tctx->psince_ns && tctx->tphase != ZERNEL_NO_PHASE) ||
+	    !phase_follow(p, tctx, false))
 		return;
 	task_account(p, tctx);
 	if (p->scx.slice > tctx->slice)
