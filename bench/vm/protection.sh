@@ -18,7 +18,9 @@
 # steps/s, step p50 and p99 (warm-up steps left out) and steps/s relative to solo, then one JSON
 # line; last, how fast the zernel arm's scheduler applied phase changes (the phase_delay_*
 # counters the daemon logs at exit, summed over the reps: docs/sched-ext.md "How fast a phase
-# change is applied").
+# change is applied"), and the phase timer's looks a second per vCPU over the job's runs (its
+# cost). ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off" keeps the host's load off the guest's
+# clock (tests/vm/run-in-vm.sh).
 #
 #   bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']
 #                          [--arms 'solo half stock periodic zernel']
