@@ -141,8 +141,10 @@ struct zernel_tenant_load {
 /*
  * Per-CPU counters (zernel_stats), summed over CPUs by the loader. ONE list: the enum below and
  * the loader's names (kStatNames, "local", "run_ns_gpu_compute", ...) are both made from it.
- * X(NAME, name): enumerator ZERNEL_STAT_NAME, reported as "name".
+ * X(NAME, name): enumerator ZERNEL_STAT_NAME, reported as "name". Aligned by hand (one macro:
+ * clang-format would rewrap all of it at any change).
  */
+/* clang-format off */
 #define ZERNEL_STATS(X)													\
 	X(LOCAL, local)			/* inserted straight into an idle CPU's local DSQ */		\
 	X(GLOBAL, global)		/* inserted into the shared vtime DSQ */			\
@@ -177,6 +179,8 @@ struct zernel_tenant_load {
 	X(PHASE_TICK, phase_tick)	/* of the changes, applied by ops.tick to a running thread */	\
 	X(PHASE_KICK, phase_kick)	/* CPUs kicked so that a running thread's changed phase	\
 					 * applies (the phase timer of ops.running) */		\
+	X(PHASE_TIMER, phase_timer)	/* the phase timer's looks at a followed thread running on	\
+					 * its CPU (its cost: one timer interrupt each) */		\
 	/* ns of CPU time run by decided tasks, one counter per phase, in enum zernel_phase order */	\
 	X(RUN_NS_DATA_LOADING, run_ns_data_loading)							\
 	X(RUN_NS_GPU_COMPUTE, run_ns_gpu_compute)							\
@@ -184,6 +188,7 @@ struct zernel_tenant_load {
 	X(RUN_NS_OPTIMIZER_STEP, run_ns_optimizer_step)							\
 	X(RUN_NS_UNKNOWN, run_ns_unknown)								\
 	X(RUN_NS_UNDECIDED, run_ns_undecided)	/* ns of CPU time run by tasks with no decision */
+/* clang-format on */
 
 enum zernel_stat {
 #define ZERNEL_STAT_ENUM(NAME, name) ZERNEL_STAT_##NAME,

@@ -433,7 +433,9 @@ struct task_ctx {
 	u8 tphase;		/* zernel_phase_policy index it follows now; ZERNEL_NO_PHASE: the
 				 * decision's (phase_follow) */
 	u8 pkicked;		/* 1: the phase timer kicked its CPU (ops.enqueue keeps it there) */
-	u8 __pad[2];
+	u8 followed;		/* 1: phase_follow found the probes' state of it (kept across
+				 * decisions: ops.running arms the phase timer for it) */
+	u8 __pad[1];
 	u64 psince_ns; /* ns: since_ns of the last phase change phase_delay counted */
 	u64 sum_at;    /* ns: p->se.sum_exec_runtime when its run time was last charged */
 };
@@ -457,17 +459,26 @@ struct {
  * Without phases from events the map is this object's own, empty, and nothing changes.
  *
  * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
- * switched in) has no wakeup to be applied at: ops.tick applies it (phase_tick), at most a tick
- * (4 ms at HZ=250) after it, else the next enqueue would (a slice's end: up to 20 ms). For the
- * two that come right after a wakeup (a thread woken in a GPU sync or an NCCL wait returns from
- * it: -> OptimizerStep), ops.running arms its CPU's phase timer (phase_kicks): every
- * ZERNEL_PHASE_KICK_NS, up to ZERNEL_PHASE_KICK_TRIES times, it looks whether the thread still
- * runs there with a change the scheduler has not acted on, and then kicks the CPU
- * (SCX_KICK_PREEMPT): the thread goes through ops.enqueue, which applies the phase and puts it
- * back at the head of its CPU's local DSQ, so that it runs on with the new slice and weight
- * rather than losing its CPU to the kick (placed in the shared queue, a thread that ran a while
- * queues behind the hogs' 20 ms slices: a first VM run did that, and lost throughput). Cost: a timer start per such wakeup (two or three per training step
- * and rank), a timer interrupt per try, and one extra pass through the scheduler per change.
+ * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
+ * (sched_ext's kfuncs are not registered for uprobes; and older kernels, 6.12 among them, refuse
+ * a bpf_timer in a tracing program, which would let a probe start this object's timer at once:
+ * the VM tests' 7.3 does not).
+ * The phase timer does it: ops.running of a followed thread (one of a decided process whose
+ * phase phase_follow applied) arms its CPU's timer (phase_kicks, pinned to the CPU); every
+ * ZERNEL_PHASE_KICK_NS, for as long as a followed thread runs there, it looks whether that thread
+ * has a change the scheduler has not acted on, and then kicks the CPU (SCX_KICK_PREEMPT): the
+ * thread goes through ops.dispatch (keep_prev applies the phase and keeps it on) or ops.enqueue,
+ * which applies the phase and puts it back at the head of its CPU's local DSQ, so that it runs
+ * on with the new slice and weight rather than losing its CPU to the kick (placed in the shared
+ * queue, a thread that ran a while queues behind the hogs' 20 ms slices: a first VM run did
+ * that, and lost throughput). The first look that finds no followed thread running there stops
+ * the timer: ops.stopping does nothing for it, and a CPU that runs only other tasks never has it
+ * armed. ops.tick (phase_tick) is the fallback, at most a tick (4 ms at HZ=250) after a change.
+ * Cost, for followed threads only: a timer start when one starts running on a CPU whose timer is
+ * stopped, a timer interrupt per period while they run (4,000 a second on a CPU busy with them)
+ * plus one after each run, and one extra pass through the scheduler per change. A first version
+ * armed the timer only after a sync or NCCL wakeup, for four periods: the changes in the middle
+ * of a run (a launch well after a data wait) then waited for the tick.
  *
  * How fast (the delay measure, docs/sched-ext.md): each change the probes commit is counted once
  * in the phase_delay_* buckets, by the time the thread was runnable or running with it before the
@@ -489,15 +500,18 @@ const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 
 
 enum {
 	ZERNEL_PHASE_KICK_NS = 250000, /* the phase timer's period */
-	ZERNEL_PHASE_KICK_TRIES = 4,   /* periods it looks for the change (1 ms) */
 };
 
-/* Per CPU: the phase timer (PHASES OF THREADS), armed by ops.running for the thread it runs. */
+/*
+ * Per CPU: the phase timer (PHASES OF THREADS), armed by ops.running for the followed thread it
+ * runs, pinned to that CPU. Written only on its CPU: by ops.running there, and by the timer's
+ * callback, which runs there in softirq context and so never in the middle of ops.running.
+ */
 struct phase_kick {
 	struct bpf_timer timer;
-	s32 pid;   /* the thread it watches */
+	s32 pid;   /* the thread it watches: the last followed thread ops.running started here */
 	s32 cpu;   /* this entry's CPU */
-	u32 tries; /* periods left */
+	u32 armed; /* 1: started, and its callback has not yet found the thread gone */
 	u32 __pad;
 };
 
@@ -1048,6 +1062,7 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	if (!zernel_follow_phases || !tctx->weight)
 		return false;
 	st = phase_state(p);
+	tctx->followed = !!st;
 	if (!st)
 		return false;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
@@ -1531,8 +1546,9 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 }
 
 /*
- * The phase timer (PHASES OF THREADS): kicks the CPU when the thread it watches runs there with a
- * phase change the scheduler has not acted on; else looks again a period later, up to its tries.
+ * The phase timer (PHASES OF THREADS): while the thread it watches runs on its CPU, looks every
+ * period whether the thread's phase changed without the scheduler acting on it, and then kicks
+ * the CPU; stops at the first look that finds the thread off the CPU or no longer followed.
  */
 static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
 {
@@ -1540,39 +1556,84 @@ static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
 	struct task_struct *p;
 	struct task_ctx *tctx;
 	bool again = false;
+	u32 idx;
 
 	p = bpf_task_from_pid(k->pid);
-	if (!p)
-		return 0;
-	if (scx_bpf_task_running(p) && scx_bpf_task_cpu(p) == k->cpu) {
+	if (p) {
 		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 		st = phase_state(p);
-		if (tctx && st && st->since_ns != tctx->psince_ns) {
-			tctx->pkicked = 1;
-			scx_bpf_kick_cpu(k->cpu, SCX_KICK_PREEMPT);
-			stat_inc(ZERNEL_STAT_PHASE_KICK);
-		} else if (k->tries > 1) {
-			k->tries--;
+		if (tctx && st && tctx->weight && scx_bpf_task_running(p) &&
+		    scx_bpf_task_cpu(p) == k->cpu) {
 			again = true;
+			stat_inc(ZERNEL_STAT_PHASE_TIMER);
+			idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
+			/*
+			 * To apply: a change not acted on, or the phase's policy itself after a new
+			 * decision replaced it (task_refresh: tphase ZERNEL_NO_PHASE).
+			 */
+			if (st->since_ns == tctx->psince_ns && tctx->tphase != ZERNEL_NO_PHASE) {
+				/* nothing new */
+			} else if (idx == tctx->tphase) {
+				/* Changed and changed back: nothing to apply (phase_follow's rule). */
+				tctx->psince_ns = st->since_ns;
+			} else {
+				tctx->pkicked = 1;
+				scx_bpf_kick_cpu(k->cpu, SCX_KICK_PREEMPT);
+				stat_inc(ZERNEL_STAT_PHASE_KICK);
+			}
 		}
+		bpf_task_release(p);
 	}
-	bpf_task_release(p);
 	if (again)
-		bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, 0);
+		bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, BPF_F_TIMER_CPU_PIN);
+	else
+		k->armed = 0;
 	return 0;
 }
 
+/*
+ * ops.running of a followed thread: the timer watches it from now on. Already armed (the thread
+ * before it here was followed too, or this one ran on after a kick), the callback finds it at its
+ * next look; started anew at each switch it would never fire under a thread that switches more
+ * often than its period. Not from another CPU (a property change of p, see task_cpu_state): a
+ * pinned timer starts on the CPU that calls; the tick serves that run.
+ */
 static __always_inline void phase_kick_arm(struct task_struct *p)
 {
 	u32 cpu = scx_bpf_task_cpu(p);
-	struct phase_kick *k = bpf_map_lookup_elem(&phase_kicks, &cpu);
+	struct phase_kick *k;
 
+	if (cpu != bpf_get_smp_processor_id())
+		return;
+	k = bpf_map_lookup_elem(&phase_kicks, &cpu);
 	if (!k)
 		return;
 	k->pid = p->pid;
 	k->cpu = cpu;
-	k->tries = ZERNEL_PHASE_KICK_TRIES;
-	bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, 0);
+	if (k->armed)
+		return;
+	k->armed = 1;
+	if (bpf_timer_start(&k->timer, ZERNEL_PHASE_KICK_NS, BPF_F_TIMER_CPU_PIN))
+		k->armed = 0;
+}
+
+/*
+ * ops.running of a followed thread: a change made while it waited in a queue applies now, before
+ * its weight and slice are read. The probes commit some changes as a thread is switched out still
+ * runnable, after ops.enqueue queued it (sched_switch: a DataLoader worker's DataLoading, the
+ * optimizer's bound): without this the change waited for the phase timer's first look. So does
+ * the phase's policy after a new decision replaced it (task_refresh: tphase ZERNEL_NO_PHASE).
+ */
+static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st = phase_state(p);
+
+	if (!st || (st->since_ns == tctx->psince_ns && tctx->tphase != ZERNEL_NO_PHASE) ||
+	    !phase_follow(p, tctx, false))
+		return;
+	task_account(p, tctx);
+	if (p->scx.slice > tctx->slice)
+		scx_bpf_task_set_slice(p, tctx->slice);
 }
 
 /* ops.init: the phase timers, when threads follow their phases. */
@@ -1610,6 +1671,11 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 		}
 		return;
 	}
+	/* A followed thread of a decided process: the phase timer watches its run. */
+	if (zernel_follow_phases && tctx->weight && tctx->followed) {
+		phase_starts(p, tctx);
+		phase_kick_arm(p);
+	}
 	if (cs) {
 		cs->weight = task_weight(p, tctx);
 		cs->slice_end = now + p->scx.slice;
@@ -1618,9 +1684,6 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 	tctx->sum_at = p->se.sum_exec_runtime;
 	tctx->pub.queued_at = 0;
 	tctx->woke = 0;
-	if (zernel_follow_phases &&
-	    (tctx->tphase == ZERNEL_PHASE_NR || tctx->tphase == ZERNEL_PHASE_NCCL_COLLECTIVE))
-		phase_kick_arm(p);
 	/*
 	 * vtime_now follows the front of the queue: only a task that comes from the shared queue
 	 * (in vtime order) moves it. One that went straight to an idle CPU or was rescued may be

@@ -18,9 +18,15 @@
 # steps/s, step p50 and p99 (warm-up steps left out) and steps/s relative to solo, then one JSON
 # line; last, how fast the zernel arm's scheduler applied phase changes (the phase_delay_*
 # counters the daemon logs at exit, summed over the reps: docs/sched-ext.md "How fast a phase
-# change is applied").
+# change is applied"), and the phase timer's looks a second per vCPU over the job's runs (its
+# cost). ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off" keeps the host's load off the guest's
+# clock (tests/vm/run-in-vm.sh).
 #
 #   bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']
+#                          [--arms 'solo half stock periodic zernel']
+#
+# --arms runs only the arms named (in that order, rotated per rep as above); solo is needed for
+# the relative figures, which are left out without it.
 #
 # Needs the build (ZERNEL_BUILD_DIR, default build/) with -DZERNEL_BPF=ON. docs/benchmarks.md has
 # the figures.
@@ -28,7 +34,7 @@ set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 repo=$(realpath "$here/../..")
 build=$(realpath -m "${ZERNEL_BUILD_DIR:-$repo/build}")
-reps=3 steps=120 warmup=20
+reps=3 steps=120 warmup=20 arms='solo half stock periodic zernel'
 job_args="--ranks 1 --workers 2 --data-ms 35 --gpu-ms 40 --nccl-ms 5 --optimizer-ms 5 --batch-kib 128"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -36,15 +42,23 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup-steps) warmup=$2; shift 2 ;;
     --job-args) job_args=$2; shift 2 ;;
-    *) echo "usage: bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']" >&2
+    --arms) arms=$2; shift 2 ;;
+    *) echo "usage: bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS'] [--arms 'ARM...']" >&2
        exit 2 ;;
   esac
 done
+for arm in $arms; do
+  case $arm in
+    solo | half | stock | periodic | zernel) ;;
+    *) echo "bench/vm/protection.sh: unknown arm '$arm' (solo, half, stock, periodic, zernel)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$arms" ] || { echo "bench/vm/protection.sh: --arms names no arm" >&2; exit 2; }
 guest=$(mktemp --suffix=.sh)
 trap 'rm -f "$guest"' EXIT
 cat > "$guest" <<GUEST
 #!/bin/sh
-reps=$reps steps=$steps warmup=$warmup job_args="$job_args"
+reps=$reps steps=$steps warmup=$warmup job_args="$job_args" arms="$arms"
 GUEST
 cat >> "$guest" <<'GUEST'
 CG=/sys/fs/cgroup
@@ -81,14 +95,18 @@ run() {
   sh -c "echo \$\$ > $CG/z_job/cgroup.procs && exec $pin zernel-workload --emulated-gpu \
     --steps $steps --warmup-steps $warmup $job_args" > /tmp/$arm.$rep.json 2> /tmp/$arm.$rep.err
   [ -n "$hogs" ] && { kill $hogs; wait $hogs 2> /dev/null; }
-  [ -n "$d" ] && { kill $d; wait $d; echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"; }
+  if [ -n "$d" ]; then
+    kill $d
+    wait $d
+    echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"
+  fi
   echo "@@ run $arm rep $rep: $(tail -n 1 /tmp/$arm.$rep.json)"
 }
 rep=1
 while [ $rep -le $reps ]; do
-  set -- solo half stock periodic zernel
+  set -- $arms
   i=0
-  while [ $i -lt $((rep % 5)) ]; do first=$1; shift; set -- "$@" "$first"; i=$((i + 1)); done
+  while [ $i -lt $((rep % $#)) ]; do first=$1; shift; set -- "$@" "$first"; i=$((i + 1)); done
   for arm in "$@"; do run $arm $rep; done
   rep=$((rep + 1))
 done
@@ -96,10 +114,12 @@ done
 median() {
   for r in $(seq $reps); do num "$2" /tmp/$1.$r.json; done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
-solo=$(median solo steps_per_s)
-for arm in solo half stock periodic zernel; do
+solo=''
+case " $arms " in *" solo "*) solo=$(median solo steps_per_s) ;; esac
+for arm in $arms; do
   s=$(median $arm steps_per_s); p50=$(median $arm step_p50_ms); p99=$(median $arm step_p99_ms)
-  rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
+  rel=null
+  [ -n "$solo" ] && rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
   echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99"
   json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,\"step_p99_ms\":$p99},"
 done
@@ -108,8 +128,11 @@ GUEST
 out=$(mktemp)
 trap 'rm -f "$guest" "$out"' EXIT
 "$repo/tests/vm/run-in-vm.sh" --add "$guest" --add "$build/lib" -- sh "$guest" | grep '^@@' | tee "$out"
-# The zernel arm's phase changes by delay, summed over its reps (the daemon's exit line).
-sed -n 's/^@@ daemon zernel .*acted on after <= 0.1 ms \([0-9]*\), <= 1 ms \([0-9]*\), <= 4 ms \([0-9]*\), more \([0-9]*\) .*(\([0-9]*\) by the tick, \([0-9]*\) CPU kicks).*/\1 \2 \3 \4 \5 \6/p' "$out" |
-  awk '{ a += $1; b += $2; c += $3; d += $4; t += $5; k += $6 }
+# The zernel arm's phase changes by delay, summed over its reps (the daemon's exit line), and the
+# phase timer's runs per second of the job's runs (elapsed_s) and per vCPU (ZERNEL_VM_SMP, 2).
+smp=${ZERNEL_VM_SMP:-2}
+job_s=$(sed -n 's/^@@ run zernel rep .*"elapsed_s":\([0-9.]*\).*/\1/p' "$out" | awk '{ s += $1 } END { print s + 0 }')
+sed -n 's/^@@ daemon zernel rep .*acted on after <= 0.1 ms \([0-9]*\), <= 1 ms \([0-9]*\), <= 4 ms \([0-9]*\), more \([0-9]*\) .*(\([0-9]*\) by the tick, \([0-9]*\) CPU kicks\(, \([0-9]*\) phase timer runs\)\{0,1\}).*/\1 \2 \3 \4 \5 \6 \8/p' "$out" |
+  awk -v smp="$smp" -v s="$job_s" '{ a += $1; b += $2; c += $3; d += $4; t += $5; k += $6; f += $7 }
        END { n = a + b + c + d
-             if (n > 0) printf "@@ zernel phase changes %d: <= 0.1 ms %d, <= 1 ms %d, <= 4 ms %d, more %d (%d by the tick, %d CPU kicks); within 1 ms %.1f %%\n", n, a, b, c, d, t, k, 100 * (a + b) / n }'
+             if (n > 0) printf "@@ zernel phase changes %d: <= 0.1 ms %d, <= 1 ms %d, <= 4 ms %d, more %d (%d by the tick, %d CPU kicks); within 1 ms %.1f %%; phase timer runs %d (%.0f/s per vCPU over the job'"'"'s %.1f s)\n", n, a, b, c, d, t, k, 100 * (a + b) / n, f, (s > 0 ? f / s / smp : 0), s }'

@@ -175,6 +175,22 @@ done
 [[ -z $left ]] && pass || fail "processes left after SIGTERM:$left"
 [[ ! -e /dev/shm/nccl-zernel-workload-$stopped_pid ]] && pass || fail "segment left after SIGTERM"
 [[ -z $(ls -A "$tmp/data") ]] && pass || fail "dataset left after SIGTERM"
+# --launch-cpu-ms: host CPU time between the launches, inside the GPU part (its truth GpuCompute).
+# 4 steps of 20 ms of device time with 60 ms of CPU each: at least 60 ms a step and 240 ms of CPU
+# (the rank's own, --workers 0 with 5 ms of decoding); without the option a step takes ~25 ms.
+python3 - "$BIN" "$tmp" <<'PY' && pass || fail "--launch-cpu-ms (above)"
+import json, resource, subprocess, sys
+out = subprocess.run([sys.argv[1], "--emulated-gpu", "--ranks", "1", "--workers", "0", "--steps", "4",
+                      "--data-ms", "5", "--gpu-ms", "20", "--launch-cpu-ms", "60", "--nccl-ms", "0",
+                      "--optimizer-ms", "0", "--batch-kib", "64", "--data-dir", sys.argv[2] + "/data"],
+                     capture_output=True, text=True, check=True).stdout
+s = json.loads(out.strip().splitlines()[-1])
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu_ms = (ru.ru_utime + ru.ru_stime) * 1000
+assert s["steps"] == 4 and s["step_mean_ms"] >= 60, s
+assert cpu_ms >= 240, f"CPU {cpu_ms:.0f} ms < 240 ms: {s}"
+PY
+
 python3 - "$tmp/truth_stop.jsonl" <<'PY' && pass || fail "truth log after SIGTERM"
 import collections, json, sys
 last = collections.OrderedDict()

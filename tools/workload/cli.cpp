@@ -67,6 +67,9 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   add_ms(app, "--data-ms", job.data_ms, "CPU time a worker spends decoding one batch (ms)");
   add_ms(app, "--gpu-ms", job.gpu_ms, "GPU time of forward + backward per step (ms)");
+  add_ms(app, "--launch-cpu-ms", job.launch_cpu_ms,
+         "CPU time the rank spends between forward + backward's kernel launches, before their "
+         "sync (a framework's host work; ms)");
   add_ms(app, "--nccl-ms", job.nccl_ms,
          "All-reduce time once every rank has reached the collective (ms)");
   add_ms(app, "--optimizer-ms", job.optimizer_ms,

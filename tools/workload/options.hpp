@@ -20,6 +20,7 @@ struct JobOptions {
   int warmup_steps = 0;          // first steps left out of the statistics
   double data_ms = 800;          // CPU decode time per batch
   double gpu_ms = 800;           // device time of forward + backward
+  double launch_cpu_ms = 0;      // host CPU time between forward + backward's launches
   double nccl_ms = 600;          // all-reduce time once every rank has arrived
   double optimizer_ms = 600;     // optimizer step: short CPU bursts between tiny GPU syncs
   int prefetch_factor = 2;       // batches queued ahead per worker (PyTorch's prefetch_factor)

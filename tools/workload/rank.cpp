@@ -99,7 +99,7 @@ class Rank {
 
  private:
   Result<void> next_batch(std::vector<WorkerProc>& workers, int step);
-  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns);
+  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns = 0);
   Result<void> optimizer_step(Gpu& gpu);
   void send_credit(std::vector<WorkerProc>& workers, std::uint64_t index);
 
@@ -156,11 +156,15 @@ Result<void> Rank::next_batch(std::vector<WorkerProc>& workers, int step) {
   return Ok{};
 }
 
-Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns) {
+// Queues ns of device time as kernels of at most kGpuKernelNs, with host_ns of CPU time spread
+// evenly after the launches (a framework's host work between them), then synchronizes.
+Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns) {
+  const std::uint64_t kernels = std::max<std::uint64_t>(1, (ns + kGpuKernelNs - 1) / kGpuKernelNs);
   for (std::uint64_t left = ns; left > 0;) {
     const std::uint64_t k = std::min(left, kGpuKernelNs);
     if (auto r = gpu.enqueue(k); !r) return r;
     left -= k;
+    if (host_ns > 0) sink_ ^= burn_cpu(host_ns / kernels);
   }
   return gpu.synchronize();
 }
@@ -201,7 +205,7 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       const std::uint64_t data_wait = monotonic_ns() - t0;
       if (r && o_.gpu_ms > 0) {
         log_.enter(Phase::gpu_compute);
-        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms));
+        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms), ms_to_ns(o_.launch_cpu_ms));
       }
       if (r) {
         log_.enter(Phase::nccl_collective);
