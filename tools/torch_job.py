@@ -2,7 +2,7 @@
 """A real PyTorch training loop whose GPU is the emulated one, with a truth log of its phases.
 
     tools/torch_job.py --libcuda PATH [--steps N] [--gpu-ms MS] [--item-ms MS] [--workers N]
-                       [--hidden N] [--truth-log PATH]
+                       [--hidden N] [--truth-log PATH] [--profile PATH [--profile-after FILE]]
 
 What runs (Debian's python3-torch, CPU build):
   * a torch.utils.data.DataLoader with --workers worker processes (forked, persistent); its
@@ -23,6 +23,13 @@ CLOCK_MONOTONIC ns, "pid", "phase"}, each written with one write() to a file ope
                  return of the sync (the CPU forward/backward runs inside it, as kernel launches
                  would); OptimizerStep during optimizer.step() and zero_grad(); Unknown at the end.
   worker         Unknown when it starts; DataLoading while it makes a batch, Unknown while idle.
+Profile (--profile PATH): torch.profiler (CPU activity) records three steps from the middle of the
+run (with --profile-after FILE: from the first step that starts once FILE exists, so that a
+`zernel-scheduler trace` started first covers them) and exports them with export_chrome_trace
+to PATH; the JSON line gives the wall clock (us since
+the epoch) just before the profiler started and just after it stopped ("profile": {"start_us",
+"end_us"}), which tools/trace_merge.py --pytorch-start-us needs for a PyTorch built without Kineto
+(Debian's: its trace is stamped from the profiler's start).
 Prints one JSON line at the end: steps, pids, and mean/p50 step, data wait, GPU and optimizer
 times. Exit status: 0 done, 1 the driver or torch failed, 2 bad arguments.
 """
@@ -158,9 +165,15 @@ def main():
     ap.add_argument("--hidden", type=int, default=1152,
                     help="MLP width; AdamW's step grows with its square (1152: ~3M parameters)")
     ap.add_argument("--truth-log", default="", help="write the true phases here (appends)")
+    ap.add_argument("--profile", default="",
+                    help="profile three steps from the middle with torch.profiler, export here")
+    ap.add_argument("--profile-after", default="", metavar="FILE",
+                    help="with --profile: start at the first step that begins once FILE exists")
     a = ap.parse_args()
     if a.steps < 1 or a.workers < 1 or a.hidden < 8 or a.gpu_ms < 0 or a.item_ms < 0:
         ap.error("--steps and --workers must be >= 1, --hidden >= 8, durations >= 0")
+    if a.profile_after and not a.profile:
+        ap.error("--profile-after needs --profile")
 
     torch.set_num_threads(1)
     truth = TruthLog(a.truth_log)
@@ -190,8 +203,17 @@ def main():
     worker_pids = [w.pid for w in getattr(batches, "_workers", [])]
 
     step_ms, wait_ms, gpu_ms, opt_ms = [], [], [], []
+    prof_first = a.steps // 2 if a.profile and not a.profile_after else -1
+    prof, profile = None, None
     t_start = time.monotonic_ns()
-    for _ in range(a.steps):
+    done = -1  # the last profiled step
+    for i in range(a.steps):
+        if a.profile_after and prof is None and done < 0 and os.path.exists(a.profile_after):
+            prof_first = i
+        if i == prof_first:
+            start_us = time.time_ns() // 1000
+            prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            prof.__enter__()
         t0 = time.monotonic_ns()
         x, y = next(batches)
         t1 = time.monotonic_ns()
@@ -211,6 +233,16 @@ def main():
         wait_ms.append((t1 - t0) / 1e6)
         gpu_ms.append((t2 - t1) / 1e6)
         opt_ms.append((t3 - t2) / 1e6)
+        if prof is not None and (i == prof_first + 2 or i == a.steps - 1):
+            done = i
+            prof.__exit__(None, None, None)
+            profile = {"start_us": start_us, "end_us": time.time_ns() // 1000}
+            try:
+                prof.export_chrome_trace(a.profile)
+            except OSError as e:
+                print(f"torch_job.py: --profile {a.profile}: {e.strerror}", file=sys.stderr)
+                return 1
+            prof = None
     truth.mark("Unknown")
     elapsed = (time.monotonic_ns() - t_start) / 1e9
     gpu.close()
@@ -218,7 +250,8 @@ def main():
     print(json.dumps({"steps": a.steps, "pid": os.getpid(), "worker_pids": worker_pids,
                       "elapsed_s": round(elapsed, 3), "loss": round(float(loss), 4),
                       "step_ms": stats(step_ms), "data_wait_ms": stats(wait_ms),
-                      "gpu_ms": stats(gpu_ms), "optimizer_ms": stats(opt_ms)}))
+                      "gpu_ms": stats(gpu_ms), "optimizer_ms": stats(opt_ms),
+                      "profile": profile}))
     return 0
 
 

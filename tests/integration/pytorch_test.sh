@@ -53,12 +53,14 @@ fi
 
 port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/config.toml"
-start_daemon --backend observe --emulated-gpu --control-socket '' \
+sock="$tmp/run/ctl.sock"
+start_daemon --backend observe --emulated-gpu --control-socket "$sock" \
   --phase-log "$tmp/phases.jsonl" || { summary; exit; }
 need_probes
 
 "$py" "$SRC/tools/torch_job.py" --libcuda "$BIN/../lib/fake/libcuda.so.1" --steps "$steps" \
-  --truth-log "$tmp/truth.jsonl" > "$tmp/job.json" 2> "$tmp/job.err" &
+  --truth-log "$tmp/truth.jsonl" --profile "$tmp/torch.json" --profile-after "$tmp/profile.go" \
+  > "$tmp/job.json" 2> "$tmp/job.err" &
 job_pid=$!
 
 # Discovery, while the job runs (one poller, 60 s of wall time): its pids from the truth log (the
@@ -113,6 +115,17 @@ else
   echo "--- /status"; curl -s "http://127.0.0.1:$port/status"; echo
 fi
 
+# A zernel trace and the job's own PyTorch profiler trace over the same seconds: the job profiles
+# three steps from the first that starts once profile.go exists, a second into the trace.
+"$BIN/zernel-scheduler" trace --seconds 6 --output "$tmp/zernel.json" --socket "$sock" \
+  > "$tmp/trace.out" 2>&1 &
+trace_pid=$!
+sleep 1
+touch "$tmp/profile.go"
+wait "$trace_pid"
+rc=$?
+check "zernel-scheduler trace beside the job exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+
 wait "$job_pid"
 rc=$?
 job_pid=""
@@ -131,6 +144,36 @@ workers = {r["pid"] for r in truth} - main
 seen = {json.loads(l)["pid"] for l in open(sys.argv[2])
         if l.strip() and json.loads(l)["phase"] == "DataLoading"}
 assert len(workers) == 2 and workers <= seen, (workers, seen)
+PY
+
+# Beside the PyTorch trace. Debian's torch (no Kineto) stamps its trace from the profiler's start,
+# so trace_merge.py refuses it without the start time, and with it puts both on one time line:
+# each AdamW step the profiler saw lies inside an OptimizerStep span of the job's main thread in
+# the zernel trace (within 2 ms: the profiler starts its clock just after start_us is read).
+start_us=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["profile"]["start_us"])' "$tmp/job.json" 2> /dev/null)
+check "the job profiled three steps (profile.start_us: ${start_us:-none})" "[[ -n '$start_us' && -s $tmp/torch.json ]]"
+python3 "$SRC/tools/trace_merge.py" "$tmp/zernel.json" "$tmp/torch.json" -o "$tmp/bad.json" > "$tmp/merge.out" 2>&1
+rc=$?
+check "trace_merge.py refuses a trace stamped from the profiler's start without --pytorch-start-us (exit 2, got $rc)" \
+  "[[ $rc -eq 2 ]] && grep -q 'pytorch-start-us' $tmp/merge.out"
+python3 "$SRC/tools/trace_merge.py" "$tmp/zernel.json" "$tmp/torch.json" --pytorch-start-us "${start_us:-0}" \
+  -o "$tmp/merged.json" >> "$tmp/merge.out" 2>&1
+rc=$?
+check "trace_merge.py --pytorch-start-us exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
+"$py" - "$tmp/merged.json" "$tmp/job.json" <<'PY' && pass || fail "the PyTorch trace's AdamW steps lie inside the main thread's OptimizerStep spans"
+import json, sys
+m = json.load(open(sys.argv[1]))
+main = json.load(open(sys.argv[2]))["pid"]
+ev = m["traceEvents"]
+opt = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e.get("cat") == "phase"
+             and e.get("pid") == main and e.get("tid") == main and e.get("name") == "OptimizerStep")
+steps = [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("Optimizer.step#")]
+assert len(steps) == 3, ("AdamW steps in the PyTorch trace", len(steps))
+assert opt, "no OptimizerStep span of the main thread in the zernel trace"
+for s in steps:
+    mid = s["ts"] + s["dur"] / 2
+    assert any(a - 2000 <= mid <= b + 2000 for a, b in opt), ("no OptimizerStep span around", s["ts"], opt[:8])
+print("beside PyTorch: %d AdamW steps, each inside an OptimizerStep span of pid %d (of %d)" % (len(steps), main, len(opt)))
 PY
 
 python3 "$SRC/bench/phase_accuracy.py" "$tmp/truth.jsonl" "$tmp/phases.jsonl" --label pytorch \
