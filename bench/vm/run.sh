@@ -82,18 +82,20 @@ ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + r
   tee "$log"
 
 # 3. Medians per scheduler, and the median over rounds of each round's ratio to scx_simple.
-scheds=$(sed -n 's/^@@ bench \([a-z_]*\) round .*/\1/p' "$log" | awk '!seen[$1]++')
-echo
-echo "| scheduler | pipe us/round trip | pipe p99 us | msg 4x200 s | pipe / scx_simple | msg / scx_simple |"
-echo "| --- | --- | --- | --- | --- | --- |"
-for s in $scheds; do
-  awk -v s="$s" '
+# med(a, n): the median of a[1..n] (sorts a), "-" for none; prepended to the awk programs below.
+awk_med='
     function med(a, n,   i, j, t) {
       if (!n) return "-"
       for (i = 2; i <= n; i++)
         for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
+    }'
+scheds=$(sed -n 's/^@@ bench \([a-z_]*\) round .*/\1/p' "$log" | awk '!seen[$1]++')
+echo
+echo "| scheduler | pipe us/round trip | pipe p99 us | msg 4x200 s | pipe / scx_simple | msg / scx_simple |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for s in $scheds; do
+  awk -v s="$s" "$awk_med"'
     $1 != "@@" || $2 != "bench" || $4 != "round" { next }
     $6 == "pipe" { for (i = 1; i <= NF; i++) { if ($i == "us/op,") pu[$3, $5] = $(i - 1)
                                                if ($i == "p99") pp[$3, $5] = $(i + 1) } }
@@ -121,13 +123,7 @@ echo
 echo "| scheduler | pipe us, round by round | same CPU %, round by round | pipe us, one CPU (rounds) | pipe us, two CPUs (rounds) | migrations /1000 | involuntary /1000 | RES IPIs /100 | CAL IPIs /100 |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for s in $scheds; do
-  awk -v s="$s" '
-    function med(a, n,   i, j, t) {
-      if (!n) return "-"
-      for (i = 2; i <= n; i++)
-        for (j = i; j > 1 && a[j - 1] > a[j]; j--) { t = a[j]; a[j] = a[j - 1]; a[j - 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
+  awk -v s="$s" "$awk_med"'
     $1 != "@@" || $2 != "bench" || $3 != s || $4 != "round" { next }
     $6 == "pipe" { n = $7; us = ""; same = ""
                    for (i = 1; i <= NF; i++) {
