@@ -10,7 +10,9 @@ since the Unix epoch. A Kineto trace either stamps the same way (older PyTorch) 
 relative to "baseTimeNanoseconds" (newer PyTorch: epoch ns = baseTimeNanoseconds + ts * 1000).
 A PyTorch built without Kineto (Debian's 1.13) exports a bare list stamped from the profiler's
 start, with no time base in the file: --pytorch-start-us gives it (the wall clock when profiling
-began, e.g. time.time_ns() // 1000 read just before entering torch.profiler.profile).
+began, e.g. time.time_ns() // 1000 read just before entering torch.profiler.profile), and
+--pytorch-pid files its events, which it puts under a process named "CPU functions", under the
+job's pid.
 The merged file keeps the PyTorch trace's top-level fields and time base, and shifts the zernel
 events onto it. Files may be gzip-compressed (.gz). Exit 2 with a message on bad input.
 """
@@ -51,7 +53,12 @@ def main():
     ap.add_argument("--pytorch-start-us", type=int, default=None, metavar="US",
                     help="for a PyTorch trace stamped from the profiler's start (no Kineto): the "
                          "wall clock, microseconds since the epoch, when profiling began")
+    ap.add_argument("--pytorch-pid", type=int, default=None, metavar="PID",
+                    help="file the PyTorch events whose pid is not a number (a trace without "
+                         "Kineto: \"CPU functions\") under this process")
     a = ap.parse_args()
+    if a.pytorch_pid is not None and a.pytorch_pid <= 0:
+        die(f"--pytorch-pid {a.pytorch_pid}: not a process id")
     if a.pytorch_start_us is not None and a.pytorch_start_us < EPOCH_US_MIN:
         die(f"--pytorch-start-us {a.pytorch_start_us}: not microseconds since the epoch")
     z = load(a.zernel)
@@ -79,6 +86,10 @@ def main():
     whole_us, rest_ns = divmod(base_ns, 1000)
     merged = dict(t)
     events = list(t["traceEvents"])
+    if a.pytorch_pid is not None:
+        events = [dict(e, pid=a.pytorch_pid)
+                  if isinstance(e, dict) and "pid" in e and not isinstance(e["pid"], int) else e
+                  for e in events]
     for e in z["traceEvents"]:
         if isinstance(e, dict) and isinstance(e.get("ts"), (int, float)):
             e = dict(e, ts=(e["ts"] - whole_us) - rest_ns / 1000.0)

@@ -149,15 +149,17 @@ PY
 # Beside the PyTorch trace. Debian's torch (no Kineto) stamps its trace from the profiler's start,
 # so trace_merge.py refuses it without the start time, and with it puts both on one time line:
 # each AdamW step the profiler saw lies inside an OptimizerStep span of the job's main thread in
-# the zernel trace (within 2 ms: the profiler starts its clock just after start_us is read).
+# the zernel trace (within 2 ms: the profiler starts its clock just after start_us is read), and
+# --pytorch-pid files the ops under the job's own process.
 start_us=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["profile"]["start_us"])' "$tmp/job.json" 2> /dev/null)
 check "the job profiled three steps (profile.start_us: ${start_us:-none})" "[[ -n '$start_us' && -s $tmp/torch.json ]]"
 python3 "$SRC/tools/trace_merge.py" "$tmp/zernel.json" "$tmp/torch.json" -o "$tmp/bad.json" > "$tmp/merge.out" 2>&1
 rc=$?
 check "trace_merge.py refuses a trace stamped from the profiler's start without --pytorch-start-us (exit 2, got $rc)" \
   "[[ $rc -eq 2 ]] && grep -q 'pytorch-start-us' $tmp/merge.out"
+job_main=$("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["pid"])' "$tmp/job.json" 2> /dev/null)
 python3 "$SRC/tools/trace_merge.py" "$tmp/zernel.json" "$tmp/torch.json" --pytorch-start-us "${start_us:-0}" \
-  -o "$tmp/merged.json" >> "$tmp/merge.out" 2>&1
+  --pytorch-pid "${job_main:-1}" -o "$tmp/merged.json" >> "$tmp/merge.out" 2>&1
 rc=$?
 check "trace_merge.py --pytorch-start-us exits 0 (got $rc)" "[[ $rc -eq 0 ]]"
 "$py" - "$tmp/merged.json" "$tmp/job.json" <<'PY' && pass || fail "the PyTorch trace's AdamW steps lie inside the main thread's OptimizerStep spans"
@@ -169,6 +171,7 @@ opt = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and
              and e.get("pid") == main and e.get("tid") == main and e.get("name") == "OptimizerStep")
 steps = [e for e in ev if e.get("ph") == "X" and str(e.get("name", "")).startswith("Optimizer.step#")]
 assert len(steps) == 3, ("AdamW steps in the PyTorch trace", len(steps))
+assert all(s["pid"] == main for s in steps), ("--pytorch-pid: the ops under the job's pid", [s["pid"] for s in steps])
 assert opt, "no OptimizerStep span of the main thread in the zernel trace"
 for s in steps:
     mid = s["ts"] + s["dur"] / 2
