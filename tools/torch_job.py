@@ -26,10 +26,10 @@ CLOCK_MONOTONIC ns, "pid", "phase"}, each written with one write() to a file ope
 Profile (--profile PATH): torch.profiler (CPU activity) records three steps from the middle of the
 run (with --profile-after FILE: from the first step that starts once FILE exists, so that a
 `zernel-scheduler trace` started first covers them) and exports them with export_chrome_trace
-to PATH; the JSON line gives the wall clock (us since
-the epoch) just before the profiler started and just after it stopped ("profile": {"start_us",
-"end_us"}), which tools/trace_merge.py --pytorch-start-us needs for a PyTorch built without Kineto
-(Debian's: its trace is stamped from the profiler's start).
+to PATH; the JSON line gives the wall clock (us since the epoch) just before the profiler started
+and just after it stopped ("profile": {"start_us", "end_us"}), which tools/trace_merge.py
+--pytorch-start-us needs for a PyTorch built without Kineto (Debian's: its trace is stamped from
+the profiler's start).
 Prints one JSON line at the end: steps, pids, and mean/p50 step, data wait, GPU and optimizer
 times. Exit status: 0 done, 1 the driver or torch failed, 2 bad arguments.
 """
@@ -206,9 +206,8 @@ def main():
     prof_first = a.steps // 2 if a.profile and not a.profile_after else -1
     prof, profile = None, None
     t_start = time.monotonic_ns()
-    done = -1  # the last profiled step
     for i in range(a.steps):
-        if a.profile_after and prof is None and done < 0 and os.path.exists(a.profile_after):
+        if a.profile_after and prof is None and profile is None and os.path.exists(a.profile_after):
             prof_first = i
         if i == prof_first:
             start_us = time.time_ns() // 1000
@@ -234,7 +233,6 @@ def main():
         gpu_ms.append((t2 - t1) / 1e6)
         opt_ms.append((t3 - t2) / 1e6)
         if prof is not None and (i == prof_first + 2 or i == a.steps - 1):
-            done = i
             prof.__exit__(None, None, None)
             profile = {"start_us": start_us, "end_us": time.time_ns() // 1000}
             try:

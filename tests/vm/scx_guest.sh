@@ -506,7 +506,7 @@ share_late() {
   # got 0 and 4. On 4 CPUs it found an idle CPU at nearly every wakeup while alone, never passed
   # through the queue, and a scheduler whose clock follows only the queue (cef1101) let it run
   # 20 s ahead: 23 and 73 there (EEVDF 68 and 267; 46 and 186 after 2 s alone); it wants 100
-  # and 400, and a hog's slice end comes four times as often: at least 30 and 150.
+  # and 400, and a hog's slice end comes twice as often as on 2: at least 30 and 150.
   lo1=10 lo2=60
   [ "$(nproc)" -lt 4 ] || { lo1=30 lo2=150; }
   if [ $((t1 - t0)) -ge $lo1 ] && [ $((t2 - t1)) -ge $lo2 ]; then ok "$msg"; else bad "$msg"; fi
