@@ -2,9 +2,10 @@
 # `zernel-scheduler trace` end to end: the daemon in observe mode (emulated GPU, a private control
 # socket and settings journal) with a real zernel-workload job (2 ranks x 1 DataLoader worker);
 # `trace --seconds 3 --output X.json --svg X.svg` must write a Chrome trace with tracks for each
-# rank's main thread and its worker, GpuCompute and DataLoading spans on the ranks, DataLoading
-# on the workers, decisions, the realtime clock, and an SVG that is well-formed XML. Then: --clock monotonic; a client that
-# hangs up midway leaves nothing running (the next trace is not "busy"); bad input (--seconds 0
+# rank's main thread and its worker, GpuCompute spans on the ranks, DataLoading spans on each rank
+# that waited for a batch by the workload's truth log (one at least), DataLoading on the workers,
+# decisions, the realtime clock, and an SVG that is well-formed XML. Then: --clock monotonic; a
+# client that hangs up midway leaves nothing running (the next trace is not "busy"); bad input (--seconds 0
 # or 601, a symlink or FIFO as output, a directory that does not exist, no daemon) fails with a
 # message and a non-zero exit, leaving no temporary file. Needs root (control socket, probes).
 set -uo pipefail
@@ -48,7 +49,8 @@ check "daemon listens on its control socket" "[[ -S $sock ]]"
 # ranks' own CPU work (with 60 ms a batch, as fast as a rank consumes, a rank found its batch
 # ready and never waited, in CI), so every phase shows within 3 s.
 "$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 1 --steps 200 --data-ms 200 \
-  --gpu-ms 40 --nccl-ms 10 --optimizer-ms 10 > "$tmp/workload.json" 2> "$tmp/workload.err" &
+  --gpu-ms 40 --nccl-ms 10 --optimizer-ms 10 --truth-log "$tmp/truth.jsonl" \
+  > "$tmp/workload.json" 2> "$tmp/workload.err" &
 wl_pid=$!
 # Discovery finds the ranks once they hold a GPU context (gpu_poll_interval_ms).
 wait_for 10 "Z status --json --socket $sock 2>/dev/null | python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if sum(1 for t in s[\"tasks\"] if t.get(\"gpu_id\") is not None) >= 2 else 1)'"
@@ -62,10 +64,21 @@ check "trace reports what it wrote" "grep -q 'phase spans' $tmp/trace.out && gre
 check "no temporary files left" "[[ -z \$(ls -A $tmp | grep '^\\.X') ]]"
 
 wl_children=$(pgrep -P "$wl_pid" | tr '\n' ' ')
-python3 - "$tmp/X.json" "$wl_children" <<'PY' && pass || fail "the trace's tracks, spans and decisions"
+python3 - "$tmp/X.json" "$wl_children" "$tmp/truth.jsonl" <<'PY' && pass || fail "the trace's tracks, spans and decisions"
 import json, sys, time
 doc = json.load(open(sys.argv[1]))
 ranks = [int(p) for p in sys.argv[2].split()]
+# The truth (zernel-workload --truth-log, CLOCK_MONOTONIC): each rank's DataLoading waits of at
+# least 20 ms inside the recording.
+t0, t1 = doc["otherData"]["start_monotonic_ns"], doc["otherData"]["end_monotonic_ns"]
+truth = {}
+for line in open(sys.argv[3]):
+    r = json.loads(line)
+    truth.setdefault(r["pid"], []).append((r["t_ns"], r["phase"]))
+def long_waits(pid):
+    rows = sorted(truth.get(pid, [])) + [(t1, None)]
+    return sum(1 for (a, ph), (b, _) in zip(rows, rows[1:])
+               if ph == "DataLoading" and min(b, t1) - max(a, t0) >= 20e6)
 ev = doc["traceEvents"]
 names = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
 procs = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
@@ -84,7 +97,12 @@ rank_pids = [p for p in ranks if (p, p) in spans]
 assert len(rank_pids) >= 2, ("rank main threads with spans", ranks, sorted(spans))
 rank_phases = {p: {s[2] for s in spans[(p, p)]} for p in rank_pids}
 assert all("GpuCompute" in ph for ph in rank_phases.values()), rank_phases
-assert all("DataLoading" in ph for ph in rank_phases.values()), rank_phases
+# The ranks step together through the collective: a rank whose worker is behind waits for its
+# batch (DataLoading), its peer then waits for it in NcclCollective and may find its own batch
+# ready every step. So DataLoading is required where the truth has it, on one rank at least.
+waited = [p for p in rank_pids if long_waits(p)]
+assert waited, ("no rank waited 20 ms for a batch in the truth", {p: truth.get(p, [])[:4] for p in rank_pids})
+assert all("DataLoading" in rank_phases[p] for p in waited), (rank_phases, {p: long_waits(p) for p in rank_pids})
 # The workers: processes whose parent is a rank, DataLoading on their own track.
 worker_spans = [k for k in spans if k[0] not in ranks and any(s[2] == "DataLoading" for s in spans[k])]
 assert worker_spans, ("no worker track with DataLoading", sorted(spans), procs)
@@ -96,7 +114,7 @@ now_us = time.time() * 1e6
 assert all(now_us - 120e6 < t < now_us for t in ts), (min(ts), max(ts), now_us)
 assert "REALTIME" in doc["otherData"]["clock"], doc["otherData"]
 assert doc["otherData"]["dropped_phase_changes"] == 0, doc["otherData"]
-print("trace: %d tracks, %d spans, ranks %s, worker tracks %s" % (len(spans), sum(map(len, spans.values())), rank_pids, worker_spans))
+print("trace: %d tracks, %d spans, ranks %s (waits of 20 ms or more for a batch: %s), worker tracks %s" % (len(spans), sum(map(len, spans.values())), rank_pids, [long_waits(p) for p in rank_pids], worker_spans))
 PY
 check "the SVG is well-formed XML" \
   "python3 -c 'import sys, xml.dom.minidom; d = xml.dom.minidom.parse(sys.argv[1]); assert d.documentElement.tagName == \"svg\"' $tmp/X.svg"

@@ -301,8 +301,12 @@ Result<bool> GpuSyncProbes::attach_library(const std::string& path) {
   auto undo = [&links] {
     for (bpf_link* l : links) bpf_link__destroy(l);
   };
-  for (const auto& sym : *found) {
-    for (const bool ret : {false, true}) {
+  // The return probes first, for every symbol, then the entry probes: a call that enters between
+  // an entry probe's attach and its return probe's would count a depth that no return undoes,
+  // and the thread would read as inside a sync for good (each later call then looks nested). A
+  // return without its entry is harmless: it is counted as a miss and changes nothing.
+  for (const bool ret : {true, false}) {
+    for (const auto& sym : *found) {
       bpf_uprobe_opts opts{};
       opts.sz = sizeof opts;
       opts.func_name = sym.c_str();

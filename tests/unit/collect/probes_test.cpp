@@ -481,6 +481,41 @@ TEST_F(Probes, sees_a_training_step_block_in_a_sync_then_burn_cpu) {
   EXPECT_FALSE(gone.in_sync);
 }
 
+// Attached while a thread syncs in a tight loop, as the daemon attaches to a running job: no call
+// may be left counted as entered without its return (the thread would read as inside a sync for
+// good and every later sync as nested). The return probes go on before the entry probes.
+TEST_F(Probes, attaching_while_a_thread_syncs_in_a_loop_leaves_no_sync_open) {
+  EmulatedGpu gpu;
+  Child child([](int cmd, int rep) {
+    const FakeCudaStream gpu_stream;
+    if (!gpu_stream.ok()) return Child::reply(rep, 'F'), 1;
+    Child::reply(rep, 'L');
+    // Empty syncs until a command comes; then one sync of 20 ms of work.
+    for (pollfd p{cmd, POLLIN, 0}; poll(&p, 1, 0) == 0;) {
+      for (int i = 0; i < 100; ++i) {
+        if (gpu_stream.stream_sync(gpu_stream.stream) != 0) return Child::reply(rep, 'F'), 1;
+      }
+    }
+    (void)Child::next(cmd);
+    if (!gpu_stream.work(20 * kMs)) return Child::reply(rep, 'F'), 1;
+    Child::reply(rep, 'R');
+    Child::next(cmd);
+    return 0;
+  });
+  ASSERT_EQ(child.expect(), 'L') << "the child could not set up the emulated GPU";
+  auto attached = probes_->attach_process_libraries(child.upid());
+  ASSERT_TRUE(attached.ok()) << attached.error().message();
+  ASSERT_EQ(*attached, 1U);
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'R');
+  const auto s = read(child.upid());
+  EXPECT_FALSE(s.in_sync) << "a sync entered during the attach was never seen to return";
+  EXPECT_GT(s.sync_count_delta, 1U);  // the loop's syncs and the last one, each seen whole
+  EXPECT_GE(s.sync_time_delta_ns, 15 * kMs);
+  EXPECT_EQ(probes_->stats().depth_overflow, 0U);
+}
+
 TEST_F(Probes, drops_a_process_that_exits_and_one_killed_inside_a_sync) {
   EmulatedGpu gpu;
   auto r = probes_->attach_library(fake_libcuda());
