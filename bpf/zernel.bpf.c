@@ -120,8 +120,8 @@
  * straight into that CPU's local DSQ.
  *
  * Preemption. A waking thread whose decision has ZERNEL_DF_PREEMPT and that found no idle CPU
- * looks, in ops.enqueue, for the CPU running the lowest-weight task (per-CPU state written in
- * ops.running) among the CPUs it may use. If that weight is lower than its own, it is inserted
+ * looks, in ops.enqueue, for the CPU running the lowest-weight task (read from each CPU's
+ * current task: its weight and the slice it has left) among the CPUs it may use. If that weight is lower than its own, it is inserted
  * into that CPU's local DSQ with SCX_ENQ_PREEMPT (head of the queue, the current task's slice
  * cleared). A CPU whose slice is already over (waiting for its tick) is the victim whatever its
  * weight. With a latency target longer than a tick, it does not preempt when some allowed CPU's
@@ -163,15 +163,15 @@
  *   throttle checks; with quotas, only threads below one pay an ancestor walk per charge.
  *   (With phases from events, ops.tick looks up the running thread's task_ctx, and for a thread
  *   of a decided process its phase: one or two task-storage lookups per tick, 250/s a CPU.)
- * - the CPU state the victim search reads is a per-CPU map: no cache line shared by two CPUs;
- *   ops.running and ops.stopping find the entry of p's CPU, nearly always their own, with the
- *   plain per-CPU lookup the verifier inlines (p->thread_info.cpu against this CPU), not a
- *   scx_bpf_task_cpu() call and a bpf_map_lookup_percpu_elem() call;
+ * - nothing is written for the preemption victim search on the hot paths: it reads each CPU's
+ *   current task (scx_bpf_cpu_curr, its task_ctx and p->scx.slice) when a preempting wakeup
+ *   finds no idle CPU, which is rare, instead of a per-CPU record that ops.running and
+ *   ops.stopping kept up to date (with a clock read) on every context switch;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
  * - run time is charged from p->se.sum_exec_runtime, which the kernel brings up to date before
- *   ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read in ops.stopping
- *   (ops.running still reads one, for the victim search's slice_end); task_share and
+ *   ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read in ops.running or
+ *   ops.stopping; task_share and
  *   task_account are inlined (no BPF-to-BPF call on a wakeup or a stop), and the lag bound
  *   divides once where the request is the default slice.
  * Where that leaves it (2026-12-02, docs/benchmarks.md): per pipe round trip, in instruction
@@ -231,8 +231,9 @@
  * RACES ACCEPTED.
  * - vtime_now is updated without atomics (as in scx_simple): a lost update only lowers the
  *   sleeper credit floor for a moment.
- * - Per-CPU "current weight" is read without locks: two waking threads may pick the same victim;
- *   the second waits behind the first at the head of that CPU's queue.
+ * - Each CPU's current task is read without locks: two waking threads may pick the same victim;
+ *   the second waits behind the first at the head of that CPU's queue. The task read may be
+ *   leaving the CPU that moment; its storage stays valid under RCU.
  * - The loader may replace a decision while a thread copies it into its cache: the copy may mix
  *   the old and new decision of the same process until the generation increment that follows
  *   the write makes the thread copy it again (at its next scheduling event).
@@ -263,6 +264,7 @@ const volatile u32 nr_cpus = 1;			/* possible CPU ids, <= ZERNEL_MAX_CPUS */
 const volatile u32 nr_nodes = 1;		/* NUMA node ids, <= ZERNEL_MAX_NODES */
 const volatile u8 cpu_node[ZERNEL_MAX_CPUS];	/* NUMA node of each CPU */
 const volatile u64 starve_ns = ZERNEL_STARVE_DFL_US * 1000ULL;
+const volatile u32 switch_partial; /* 1: SCX_OPS_SWITCH_PARTIAL (SCHED_EXT tasks only) */
 /* ns between scheduler ticks: a slice's end is noticed at the first tick after it. The loader
  * sets it from the kernel's CONFIG_HZ when it can read the config; else 1/100 s, the longest. */
 const volatile u64 tick_ns = 10000000ULL;
@@ -521,24 +523,6 @@ struct {
 	__type(key, u32);
 	__type(value, struct phase_kick);
 } phase_kicks SEC(".maps");
-
-/*
- * What each CPU runs, for the preemption victim search. Per-CPU, so that each CPU's entry has a
- * cache line of its own (ops.running and ops.stopping write it on nearly every context switch);
- * written for p's CPU, read by the victim search unlocked, both with
- * bpf_map_lookup_percpu_elem().
- */
-struct cpu_state {
-	u64 weight;			/* decision weight of the running task; 0 = none of ours */
-	u64 slice_end;			/* ns: when its slice ends */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, u32);
-	__type(value, struct cpu_state);
-} cpu_states SEC(".maps");
 
 struct node_mask {
 	struct bpf_cpumask __kptr *mask;
@@ -1111,19 +1095,31 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 }
 
 /*
- * The state of the CPU p runs on. Usually the current CPU, but not always: ops.running and
- * ops.stopping also run on another CPU that holds p's runqueue lock (a property change of a
- * running task: nice, affinity, policy).
+ * The victim search's view of what cpu runs, read from its current task when the search runs
+ * (nothing is written for it on the hot paths): false when the CPU runs none of ours (idle; a
+ * real-time or deadline task, or one boosted to such a priority, below MAX_RT_PRIO; in a partial
+ * switch, any task whose policy is not SCHED_EXT); else the task's weight and the slice it has left. That is p->scx.slice as the kernel last
+ * brought it up to date (update_curr_scx, at least every tick), so it is up to a tick more than
+ * the truth, and 0 once the slice is over (the CPU reschedules at its next tick). Unlocked and
+ * racy, as a per-CPU record written in ops.running would be: the CPU may switch the next moment.
  */
-static __always_inline struct cpu_state *task_cpu_state(struct task_struct *p)
-{
-	u32 zero = 0;
-	s32 cpu = p->thread_info.cpu; /* task_cpu(p), without a kfunc call */
+#define ZERNEL_MAX_RT_PRIO 100 /* the kernel's MAX_RT_PRIO: priorities below are RT or deadline */
+#define ZERNEL_SCHED_EXT   7   /* the SCHED_EXT policy */
 
-	/* The common case, this CPU: a plain per-CPU lookup, which the verifier inlines. */
-	if (cpu == bpf_get_smp_processor_id())
-		return bpf_map_lookup_elem(&cpu_states, &zero);
-	return bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
+static __always_inline bool cpu_running(s32 cpu, u64 *weight, u64 *slice_left)
+{
+	struct task_struct *curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+	struct task_ctx *tctx;
+
+	if (!curr || !curr->pid || curr->prio < ZERNEL_MAX_RT_PRIO ||
+	    (switch_partial && curr->policy != ZERNEL_SCHED_EXT))
+		return false;
+	tctx = bpf_task_storage_get(&zernel_task_ctx, curr, 0, 0);
+	*weight = tctx ? task_weight(curr, tctx) :
+			 clamp_u64((u64)curr->scx.weight * ZERNEL_WEIGHT_DFL / 100,
+				   ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	*slice_left = curr->scx.slice;
+	return true;
 }
 
 static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_flags)
@@ -1152,9 +1148,8 @@ static __always_inline void task_wakes(struct task_struct *p, struct task_ctx *t
 static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_flags)
 {
 	u64 my_w = task_weight(p, tctx), lat_ns = tctx->lat_ns, slice = tctx->slice;
-	u64 victim_w = my_w, now = now_ns();
+	u64 victim_w = my_w, weight, left;
 	s32 victim = -1, only = -1, soon = -1, cpu;
-	u32 zero = 0;
 
 	if (is_migration_disabled(p))
 		only = scx_bpf_task_cpu(p);
@@ -1173,28 +1168,26 @@ static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_fl
 	}
 
 	bpf_for(cpu, 0, nr_cpus) {
-		struct cpu_state *cs;
-
 		if (only >= 0 && cpu != only)
 			continue;
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
-		cs = bpf_map_lookup_percpu_elem(&cpu_states, &zero, cpu);
-		if (!cs || !cs->weight)
+		if (!cpu_running(cpu, &weight, &left))
 			continue;
 		/*
 		 * A slice already over: the CPU reschedules at its next tick (up to 1/HZ away) and
 		 * preempting it takes nothing its task is owed. The best victim, whatever its weight.
 		 */
-		if (cs->slice_end && !time_before(now, cs->slice_end)) {
+		if (!left) {
 			victim = cpu;
 			soon = -1;
 			break;
 		}
-		if (lat_ns && cs->slice_end && time_before_eq(cs->slice_end + tick_ns, now + lat_ns))
+		/* left < lat_ns first: no wrap for an endless slice (SCX_SLICE_INF) */
+		if (lat_ns && left < lat_ns && left + tick_ns <= lat_ns)
 			soon = cpu;
-		if (cs->weight < victim_w) {
-			victim_w = cs->weight;
+		if (weight < victim_w) {
+			victim_w = weight;
 			victim = cpu;
 		}
 	}
@@ -1405,19 +1398,17 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 /*
  * Charges the run time since the last charge: the growth of p->se.sum_exec_runtime, which the
  * kernel brings up to date (update_curr_scx) before each caller (ops.stopping, ops.tick,
- * ops.dispatch for prev), so no clock read. now, when not 0, restarts pub.running_at there.
+ * ops.dispatch for prev), so no clock read.
  */
-static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx, u64 now)
+static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_task_ctx *tc = &tctx->pub;
 	u64 sum = p->se.sum_exec_runtime, used;
 
-	if (!tc->running_at)
+	if (!tc->running)
 		return;
 	used = time_delta(sum, tctx->sum_at);
 	tctx->sum_at = sum;
-	if (now)
-		tc->running_at = now;
 	tc->vtime += vscale(used, task_share(p, tctx));
 	if (tctx->limited && bw_nr)
 		zernel_bw_charge(tctx->cgid, used);
@@ -1469,13 +1460,12 @@ static bool rival_of(s32 cpu, u64 *key, u64 *vtime)
 static bool keep_prev(struct task_struct *prev, s32 cpu)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
-	u64 now = now_ns(), key, share, req, rkey, rvtime, floor;
-	struct cpu_state *cs;
+	u64 key, share, req, rkey, rvtime, floor;
 
 	if (!tctx)
 		return false;
 	/* Settle the charge so far, as if it had stopped and started again. */
-	account_run(prev, tctx, now);
+	account_run(prev, tctx);
 	if (task_throttled(tctx))
 		return false;
 	/*
@@ -1513,9 +1503,6 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 		vtime_now = key;
 	tctx->pkicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice);
-	cs = task_cpu_state(prev);
-	if (cs)
-		cs->slice_end = now + tctx->slice;
 	return true;
 }
 
@@ -1595,8 +1582,9 @@ static int phase_kick_fire(void *map, u32 *key, struct phase_kick *k)
  * ops.running of a followed thread: the timer watches it from now on. Already armed (the thread
  * before it here was followed too, or this one ran on after a kick), the callback finds it at its
  * next look; started anew at each switch it would never fire under a thread that switches more
- * often than its period. Not from another CPU (a property change of p, see task_cpu_state): a
- * pinned timer starts on the CPU that calls; the tick serves that run.
+ * often than its period. Not from another CPU (ops.running also runs on a CPU that holds p's
+ * runqueue lock for a property change of p: nice, affinity, policy): a pinned timer starts on
+ * the CPU that calls; the tick serves that run.
  */
 static __always_inline void phase_kick_arm(struct task_struct *p)
 {
@@ -1661,26 +1649,15 @@ static s32 phase_kicks_init(void)
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	struct cpu_state *cs = task_cpu_state(p);
-	u64 now = now_ns();
 
-	if (!tctx) {
-		if (cs) {
-			cs->weight = (u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100;
-			cs->slice_end = now + p->scx.slice;
-		}
+	if (!tctx)
 		return;
-	}
 	/* A followed thread of a decided process: the phase timer watches its run. */
 	if (zernel_follow_phases && tctx->weight && tctx->followed) {
 		phase_starts(p, tctx);
 		phase_kick_arm(p);
 	}
-	if (cs) {
-		cs->weight = task_weight(p, tctx);
-		cs->slice_end = now + p->scx.slice;
-	}
-	tctx->pub.running_at = now;
+	tctx->pub.running = 1;
 	tctx->sum_at = p->se.sum_exec_runtime;
 	tctx->pub.queued_at = 0;
 	tctx->woke = 0;
@@ -1699,16 +1676,13 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	struct cpu_state *cs = task_cpu_state(p);
 	struct zernel_task_ctx *tc;
 
-	if (cs)
-		cs->weight = 0;
 	if (!tctx)
 		return;
 	tc = &tctx->pub;
-	account_run(p, tctx, 0); /* no clock read: see account_run */
-	tc->running_at = 0;
+	account_run(p, tctx); /* no clock read: see account_run */
+	tc->running = 0;
 	if (!runnable) {
 		if (zernel_follow_phases && tctx->weight)
 			phase_sleeps(p, tctx);
@@ -1723,32 +1697,23 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 /*
  * A running thread whose phase changed since the scheduler last looked (PHASES OF THREADS): the
  * time run so far is charged at the old weight, then the new phase's policy applies: its weight
- * in the node and in the victim search, and its slice when shorter than what is left. (A new
- * phase that preempts needs nothing more: the thread runs.)
+ * in the node (the victim search reads it from the thread), and its slice when shorter than
+ * what is left. (A new phase that preempts needs nothing more: the thread runs.)
  */
 static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_phase_thread *st;
-	struct cpu_state *cs;
-	u64 now;
 
 	st = phase_state(p);
 	if (!st || st->since_ns == tctx->psince_ns)
 		return;
-	now = now_ns();
-	account_run(p, tctx, now);
+	account_run(p, tctx);
 	if (!phase_follow(p, tctx, false))
 		return;
 	stat_inc(ZERNEL_STAT_PHASE_TICK);
 	task_account(p, tctx);
-	cs = task_cpu_state(p);
-	if (cs)
-		cs->weight = task_weight(p, tctx);
-	if (p->scx.slice > tctx->slice) {
+	if (p->scx.slice > tctx->slice)
 		scx_bpf_task_set_slice(p, tctx->slice);
-		if (cs)
-			cs->slice_end = now + tctx->slice;
-	}
 }
 
 /*
@@ -1771,7 +1736,7 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 		phase_tick(p, tctx);
 	if (!bw_nr || !tctx->limited)
 		return;
-	account_run(p, tctx, 0);
+	account_run(p, tctx);
 	if (task_throttled(tctx)) {
 		scx_bpf_task_set_slice(p, 0);
 		stat_inc(ZERNEL_STAT_THROTTLE_CUT);

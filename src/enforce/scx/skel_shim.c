@@ -191,6 +191,7 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 				    "the kernel has no SCX_OPS_SWITCH_PARTIAL");
 		}
 		ops->flags |= flag;
+		s->skel->rodata->switch_partial = 1;
 	}
 
 	nr_cpus = opts->nr_cpus ? opts->nr_cpus : 1;
