@@ -175,12 +175,11 @@
  *   task_account are inlined (no BPF-to-BPF call on a wakeup or a stop), and the lag bound
  *   divides once where the request is the default slice.
  * Where that leaves it (2026-12-02, docs/benchmarks.md): per pipe round trip, in instruction
- * time with the BPF statistics on, select_cpu about 840 ns a call against scx_simple's 580,
- * running 300 against 105, stopping 360 against 170 (about 100 ns of each is the statistics'
- * own): about 1.2 us more per round trip, 8 % of it at equal placement. What remains is the
+ * time with the BPF statistics on, select_cpu about 810 ns a call against scx_simple's 560,
+ * running 164 against 104, stopping 331 against 172 (about 100 ns of each is the statistics'
+ * own): about 1.3 us of BPF more per round trip, 6 % at equal placement. What remains is the
  * model, and more its code than its lookups (a task-storage lookup is about 36 ns): the lag
- * bound and node join at the wakeup, the clock read and victim-search state in running (about
- * 160 ns), the charge at the stop (share, vtime division, counters: about 135 ns).
+ * bound and node join at the wakeup, the charge at the stop (share, vtime division, counters).
  * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
  *   for a wakeup select_cpu found no idle CPU, or chose the waker's CPU on purpose (a
  *   synchronous wakeup), and a kick would undo that with an IPI and a migration.
