@@ -121,12 +121,12 @@
  *
  * Preemption. A waking thread whose decision has ZERNEL_DF_PREEMPT and that found no idle CPU
  * looks, in ops.enqueue, for the CPU running the lowest-weight task (read from each CPU's
- * current task: its weight and the slice it has left) among the CPUs it may use. If that weight is lower than its own, it is inserted
- * into that CPU's local DSQ with SCX_ENQ_PREEMPT (head of the queue, the current task's slice
- * cleared). A CPU whose slice is already over (waiting for its tick) is the victim whatever its
- * weight. With a latency target longer than a tick, it does not preempt when some allowed CPU's
- * slice ends, and a tick notices it, within the target: it goes to the head of that CPU's local
- * DSQ and runs when the slice ends. The same task put back while runnable (slice used up,
+ * current task: its weight and the slice it has left) among the CPUs it may use. If that
+ * weight is lower than its own, it is inserted into that CPU's local DSQ with SCX_ENQ_PREEMPT
+ * (head of the queue, the current task's slice cleared). A CPU whose slice is already over
+ * (waiting for its tick) is the victim whatever its weight. With a latency target longer than a
+ * tick, it does not preempt when some allowed CPU's slice ends, and a tick notices it, within
+ * the target: it goes to the head of that CPU's local DSQ and runs when the slice ends. The same task put back while runnable (slice used up,
  * higher class) preempts the same way when it would lead the shared queue, so that it does not
  * wait for another CPU's slice to end (100 ms for a batch task). Counters: kick_preempt,
  * preempt_wait, preempt_skip (nothing lower to preempt: queued by its key).
@@ -171,9 +171,8 @@
  * - counters are per-CPU array slots (no shared cache line).
  * - run time is charged from p->se.sum_exec_runtime, which the kernel brings up to date before
  *   ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read in ops.running or
- *   ops.stopping; task_share and
- *   task_account are inlined (no BPF-to-BPF call on a wakeup or a stop), and the lag bound
- *   divides once where the request is the default slice.
+ *   ops.stopping; task_share and task_account are inlined (no BPF-to-BPF call on a wakeup or a
+ *   stop), and the lag bound divides once where the request is the default slice.
  * Where that leaves it (2026-12-02, docs/benchmarks.md): per pipe round trip, in instruction
  * time with the BPF statistics on, select_cpu about 810 ns a call against scx_simple's 560,
  * running 164 against 104, stopping 331 against 172 (about 100 ns of each is the statistics'
@@ -1097,10 +1096,11 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
  * The victim search's view of what cpu runs, read from its current task when the search runs
  * (nothing is written for it on the hot paths): false when the CPU runs none of ours (idle; a
  * real-time or deadline task, or one boosted to such a priority, below MAX_RT_PRIO; in a partial
- * switch, any task whose policy is not SCHED_EXT); else the task's weight and the slice it has left. That is p->scx.slice as the kernel last
- * brought it up to date (update_curr_scx, at least every tick), so it is up to a tick more than
- * the truth, and 0 once the slice is over (the CPU reschedules at its next tick). Unlocked and
- * racy, as a per-CPU record written in ops.running would be: the CPU may switch the next moment.
+ * switch, any task whose policy is not SCHED_EXT); else the task's weight and the slice it has
+ * left. That is p->scx.slice as the kernel last brought it up to date (update_curr_scx, at
+ * least every tick), so it is up to a tick more than the truth, and 0 once the slice is over
+ * (the CPU reschedules at its next tick). Unlocked and racy, as a per-CPU record written in
+ * ops.running would be: the CPU may switch the next moment.
  */
 #define ZERNEL_MAX_RT_PRIO 100 /* the kernel's MAX_RT_PRIO: priorities below are RT or deadline */
 #define ZERNEL_SCHED_EXT   7   /* the SCHED_EXT policy */
