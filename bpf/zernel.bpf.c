@@ -126,10 +126,11 @@
  * (head of the queue, the current task's slice cleared). A CPU whose slice is already over
  * (waiting for its tick) is the victim whatever its weight. With a latency target longer than a
  * tick, it does not preempt when some allowed CPU's slice ends, and a tick notices it, within
- * the target: it goes to the head of that CPU's local DSQ and runs when the slice ends. The same task put back while runnable (slice used up,
- * higher class) preempts the same way when it would lead the shared queue, so that it does not
- * wait for another CPU's slice to end (100 ms for a batch task). Counters: kick_preempt,
- * preempt_wait, preempt_skip (nothing lower to preempt: queued by its key).
+ * the target: it goes to the head of that CPU's local DSQ and runs when the slice ends. The
+ * same task put back while runnable (slice used up, higher class) preempts the same way when it
+ * would lead the shared queue, so that it does not wait for another CPU's slice to end (100 ms
+ * for a batch task). Counters: kick_preempt, preempt_wait, preempt_skip (nothing lower to
+ * preempt: queued by its key).
  *
  * Starvation bound. A BPF timer scans the shared queue every 100 ms; a thread queued for longer
  * than starve_ns (default 1 s = 50 default slices, see intf.h) is moved to a FIFO rescue DSQ that
