@@ -574,9 +574,16 @@ static __always_inline bool has_tenant(const struct task_ctx *tctx)
 	return tctx->tenant < ZERNEL_MAX_TENANTS;
 }
 
+/* The weight of p's nice value on the 1024 scale (p->scx.weight is 100 at nice 0). */
+static __always_inline u64 nice_weight(const struct task_struct *p)
+{
+	return clamp_u64((u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100, ZERNEL_WEIGHT_MIN,
+			 ZERNEL_WEIGHT_MAX);
+}
+
 /*
  * The thread's weight inside its group: the decision's (a process outside any tenant scaled by
- * its tenant_weight, 100 = x1), or the nice value's (p->scx.weight is 100 at nice 0).
+ * its tenant_weight, 100 = x1), or the nice value's.
  */
 static __always_inline u64 task_weight(struct task_struct *p, const struct task_ctx *tctx)
 {
@@ -586,8 +593,7 @@ static __always_inline u64 task_weight(struct task_struct *p, const struct task_
 		return clamp_u64((u64)tctx->weight * tctx->tweight / ZERNEL_TENANT_WEIGHT_DFL,
 				 ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
 	}
-	return clamp_u64((u64)p->scx.weight * ZERNEL_WEIGHT_DFL / 100, ZERNEL_WEIGHT_MIN,
-			 ZERNEL_WEIGHT_MAX);
+	return nice_weight(p);
 }
 
 /* cpu.weight scale (100 = one nice-0 thread) -> the 1024 scale of thread weights. */
@@ -1115,9 +1121,7 @@ static __always_inline bool cpu_running(s32 cpu, u64 *weight, u64 *slice_left)
 	    (switch_partial && curr->policy != ZERNEL_SCHED_EXT))
 		return false;
 	tctx = bpf_task_storage_get(&zernel_task_ctx, curr, 0, 0);
-	*weight = tctx ? task_weight(curr, tctx) :
-			 clamp_u64((u64)curr->scx.weight * ZERNEL_WEIGHT_DFL / 100,
-				   ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	*weight = tctx ? task_weight(curr, tctx) : nice_weight(curr);
 	*slice_left = curr->scx.slice;
 	return true;
 }
