@@ -5,9 +5,10 @@
 # rank's main thread and its worker, GpuCompute spans on the ranks, DataLoading spans on each rank
 # that waited for a batch by the workload's truth log (one at least), DataLoading on the workers,
 # decisions, the realtime clock, and an SVG that is well-formed XML. Then: --clock monotonic; a
-# client that hangs up midway leaves nothing running (the next trace is not "busy"); bad input (--seconds 0
-# or 601, a symlink or FIFO as output, a directory that does not exist, no daemon) fails with a
-# message and a non-zero exit, leaving no temporary file. Needs root (control socket, probes).
+# client that hangs up midway leaves nothing running (the next trace is not "busy"); bad input
+# (--seconds 0 or 601, a symlink or FIFO as output, a directory that does not exist, no daemon)
+# fails with a message and a non-zero exit, leaving no temporary file. Needs root (control
+# socket, probes).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
