@@ -220,8 +220,8 @@ struct zernel_phase_policy {
  */
 struct zernel_task_ctx {
 	__u64 vtime;			/* ns of weighted virtual time (used time * 1024 / eff. weight) */
-	__u64 running;			/* 1 while it runs (ops.running to ops.stopping), else 0 */
-	__u64 queued_at;		/* ns, CLOCK_MONOTONIC: when it was last queued; 0 = not queued */
+	__u64 __reserved;		/* zero */
+	__u64 queued_at;		/* ns: when it last entered the shared queue; 0 = never */
 	__u64 runtime_ns;		/* ns: CPU time used under this scheduler */
 	__u64 burst_ns;			/* ns: CPU time since it last woke up (the current burst) */
 	__u64 last_burst_ns;		/* ns: length of the last completed burst */

@@ -51,9 +51,9 @@
  * two CPUs (with nothing else runnable), and it stays so if B starts 30 threads. The VM test (tests/vm, "sharing") measures
  * such splits within 5 %.
  *
- * LAG. vtime_now is the largest queue key (vtime + request, below) that started running in
- * order from the shared queue (or that a CPU kept, see keep_prev), so it follows a thread that
- * runs alone. Every wakeup bounds the thread's key to
+ * LAG. vtime_now is the largest queue key (vtime + request, below) at the head of the shared
+ * queue when a CPU took a task from it (or that a CPU kept, see keep_prev), so it follows a
+ * thread that runs alone. Every wakeup bounds the thread's key to
  *
  *	vtime_now - credit  <=  key  <=  vtime_now + lead
  *
@@ -147,18 +147,19 @@
  *
  * COST. A wakeup runs select_cpu (or enqueue), running and stopping, and a CPU going idle runs
  * dispatch; these must cost about what scx_simple's do (docs/benchmarks.md). So:
- * - one task-storage lookup per callback, and no hash lookup: the process's decision is cached
- *   in the thread's storage with the value of zernel_decision_gen (intf.h) it was read at. The
- *   loader increments the generation after every write or delete, and a thread whose cached
- *   generation differs reads zernel_decisions once and caches the result (clamped, the node of
- *   the preferred CPU resolved). Between writes, that is no lookup at all; after one, one per
- *   thread. The cost of a global generation: one changed decision makes every thread look once.
+ * - at most one task-storage lookup per callback, and no hash lookup: the process's decision is
+ *   cached in the thread's storage with the value of zernel_decision_gen (intf.h) it was read
+ *   at. The loader increments the generation after every write or delete, and a thread whose
+ *   cached generation differs reads zernel_decisions once and caches the result (clamped, the
+ *   node of the preferred CPU resolved). Between writes, that is no lookup at all; after one,
+ *   one per thread. The cost of a global generation: one changed decision makes every thread
+ *   look once.
  * - no ops.runnable / ops.quiescent: their work (wakeup count, lag bound, joining the node's
  *   runnable weight) is done in select_cpu / enqueue and stopping, which run anyway.
  * - the share hierarchy: a thread of the root cgroup (most threads of a test VM, kernel threads
  *   on a real node) uses the root node in .bss: no map lookup. Others take one hash lookup of
- *   their node per charge, plus one per ancestor when tree_gen has moved since the node's
- *   hshare was cached. Joining and leaving a node is two atomic adds; only a node's first
+ *   their node per wakeup and per stop, plus one per ancestor when tree_gen has moved since the
+ *   node's hshare was cached. Joining and leaving a node is two atomic adds; only a node's first
  *   runnable thread and its last going to sleep walk up the tree (under tree_lock, level by
  *   level). cpu.max costs nothing while no cgroup has a quota (bw_nr == 0): no ops.tick work, no
  *   throttle checks; with quotas, only threads below one pay an ancestor walk per charge.
@@ -171,9 +172,16 @@
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
  * - run time is charged from p->se.sum_exec_runtime, which the kernel brings up to date before
- *   ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read in ops.running or
- *   ops.stopping; task_share and task_account are inlined (no BPF-to-BPF call on a wakeup or a
- *   stop), and the lag bound divides once where the request is the default slice.
+ *   ops.stopping, ops.tick and ops.dispatch (update_curr_scx), against its value at the last
+ *   charge (or ops.enable): no clock read and no start mark. So ops.running has work only for
+ *   a followed thread (PHASES OF THREADS); for any other it reads its tgid's slot of
+ *   followed_slots and returns, with no task-storage lookup (and with phases not from events,
+ *   nothing at all). vtime_now moves in ops.dispatch, from the head of the queue a CPU takes a
+ *   task from.
+ * - a thread's node is looked up once per callback and passed on (join, share, leave), and the
+ *   share uses the weight the thread joined its node with (no second weight computation);
+ *   task_share and task_account are inlined (no BPF-to-BPF call on a wakeup or a stop), and
+ *   the lag bound divides once where the request is the default slice.
  * Where that leaves it (2026-12-02, docs/benchmarks.md): per pipe round trip, in instruction
  * time with the BPF statistics on, select_cpu about 810 ns a call against scx_simple's 560,
  * running 164 against 104, stopping 331 against 172 (about 100 ns of each is the statistics'
@@ -427,18 +435,20 @@ struct task_ctx {
 	u16 tenant;		/* tenant slot; ZERNEL_NO_TENANT = none */
 	u8 phase;		/* enum zernel_phase; ZERNEL_NO_PHASE without a decision */
 	u8 flags;		/* enum zernel_decision_flags */
-	u8 in_order;		/* 1: queued in the shared queue, so it runs in vtime order */
-	u8 woke;		/* 1: ops.select_cpu counted this wakeup (ops.running clears) */
+	u8 woke;		/* 1: ops.select_cpu counted this wakeup (ops.stopping of the sleep
+				 * clears) */
 	u8 joined;		/* 1: counted in cnode's runnable weight (pub.contrib_weight) */
 	u8 limited;		/* 1: its node or an ancestor has a cpu.max quota (last charge) */
 	u8 tphase;		/* zernel_phase_policy index it follows now; ZERNEL_NO_PHASE: the
 				 * decision's (phase_follow) */
 	u8 pkicked;		/* 1: the phase timer kicked its CPU (ops.enqueue keeps it there) */
 	u8 followed;		/* 1: phase_follow found the probes' state of it (kept across
-				 * decisions: ops.running arms the phase timer for it) */
-	u8 __pad[1];
+				 * decisions: ops.running arms the phase timer for it); counted in
+				 * followed_slots (set_followed) */
+	u8 __pad[2];
 	u64 psince_ns; /* ns: since_ns of the last phase change phase_delay counted */
-	u64 sum_at;    /* ns: p->se.sum_exec_runtime when its run time was last charged */
+	u64 sum_at;    /* ns: p->se.sum_exec_runtime when its run time was last charged (or it
+			* was enabled): it grows only while the thread runs */
 };
 
 struct {
@@ -447,6 +457,29 @@ struct {
 	__type(key, int);
 	__type(value, struct task_ctx);
 } zernel_task_ctx SEC(".maps");
+
+/*
+ * The threads with task_ctx.followed set, counted per slot of their tgid (tgid modulo
+ * ZERNEL_FOLLOW_SLOTS), so that ops.running, which has work only for such a thread, looks up
+ * no task storage for the others (COST). Processes that share a slot cost a lookup more, never
+ * a missed one.
+ */
+#define ZERNEL_FOLLOW_SLOTS 4096
+static u32 followed_slots[ZERNEL_FOLLOW_SLOTS];
+
+static __always_inline u32 *followed_slot(const struct task_struct *p)
+{
+	return &followed_slots[(u32)p->tgid & (ZERNEL_FOLLOW_SLOTS - 1)];
+}
+
+static __always_inline void set_followed(const struct task_struct *p, struct task_ctx *tctx,
+					 bool on)
+{
+	if (tctx->followed == on)
+		return;
+	tctx->followed = on;
+	__sync_fetch_and_add(followed_slot(p), on ? 1 : -1);
+}
 
 /*
  * PHASES OF THREADS. With phases from events (bpf/probes.bpf.c) each thread of a GPU process or
@@ -694,25 +727,17 @@ static void tenant_load_add(u64 id, s64 w, s64 n)
 	}
 }
 
-/* A runnable thread of weight w joins node id (its own threads). */
-static void node_join(u64 id, s64 w)
+/* A runnable thread of weight w joins node n, of id id (its own threads). */
+static __always_inline void node_join(struct znode *n, u64 id, s64 w)
 {
-	struct znode *n = node_get(id);
-
-	if (!n)
-		return;
 	__sync_fetch_and_add(&n->own_w, w);
 	tenant_load_add(id, w, 1);
 	if (__sync_fetch_and_add(&n->nr_runnable, 1) == 0)
 		zernel_propagate(id, 1);
 }
 
-static void node_leave(u64 id, s64 w)
+static __always_inline void node_leave(struct znode *n, u64 id, s64 w)
 {
-	struct znode *n = node_get(id);
-
-	if (!n)
-		return;
 	__sync_fetch_and_sub(&n->own_w, w);
 	tenant_load_add(id, -w, -1);
 	if (__sync_fetch_and_sub(&n->nr_runnable, 1) == 1)
@@ -741,47 +766,70 @@ __noinline u64 zernel_tenant_node(u32 slot, u64 tweight)
 	return id;
 }
 
-/* The node a thread is counted in: its tenant's, else its cgroup's (the root if unknown). */
-static u64 task_node(const struct task_ctx *tctx)
+/*
+ * The node a thread is counted in, and its id: its tenant's, else its cgroup's; the root when
+ * that has no node. One lookup: callers pass the node on rather than look it up again.
+ */
+static __always_inline struct znode *task_node(const struct task_ctx *tctx, u64 *idp)
 {
 	u64 id = tctx->cgid;
+	struct znode *n;
 
 	if (has_tenant(tctx))
-		return zernel_tenant_node(tctx->tenant, tctx->tweight);
-	if (id && !bpf_map_lookup_elem(&nodes, &id))
-		return 0;
-	return id;
+		id = zernel_tenant_node(tctx->tenant, tctx->tweight);
+	n = node_get(id);
+	if (!n) {
+		id = 0;
+		n = &root_node;
+	}
+	*idp = id;
+	return n;
 }
 
 /*
  * Keeps the thread's contribution (node and weight) in step with its decision and cgroup, for a
- * runnable thread: leaves what it joined before if that differs, joins what it should.
+ * runnable thread: leaves what it joined before if that differs, joins what it should. Returns
+ * the node it is counted in.
  */
-static __always_inline void task_account(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline struct znode *task_account(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_task_ctx *tc = &tctx->pub;
 	s64 w = (s64)task_weight(p, tctx);
-	u64 id = task_node(tctx);
+	struct znode *n, *old;
+	u64 id;
 
+	n = task_node(tctx, &id);
 	if (tctx->joined && tctx->cnode == id && tc->contrib_weight == w)
-		return;
-	if (tctx->joined)
-		node_leave(tctx->cnode, tc->contrib_weight);
-	node_join(id, w);
+		return n;
+	if (tctx->joined) {
+		old = node_get(tctx->cnode);
+		if (old)
+			node_leave(old, tctx->cnode, tc->contrib_weight);
+	}
+	node_join(n, id, w);
 	tctx->joined = 1;
 	tctx->cnode = id;
 	tc->contrib_weight = w;
 	tc->contrib_tenant = (id & TENANT_NODE) ? (u16)(id & 0xFFFF) : ZERNEL_NO_TENANT;
+	return n;
+}
+
+/* Leaves the node it joined, n (node_get(cnode), looked up by the caller; NULL: gone). */
+static __always_inline void task_unaccount_in(struct task_ctx *tctx, struct znode *n)
+{
+	if (!tctx->joined)
+		return;
+	if (n)
+		node_leave(n, tctx->cnode, tctx->pub.contrib_weight);
+	tctx->joined = 0;
+	tctx->pub.contrib_weight = 0;
+	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
 }
 
 static void task_unaccount(struct task_ctx *tctx)
 {
-	if (!tctx->joined)
-		return;
-	node_leave(tctx->cnode, tctx->pub.contrib_weight);
-	tctx->joined = 0;
-	tctx->pub.contrib_weight = 0;
-	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
+	if (tctx->joined)
+		task_unaccount_in(tctx, node_get(tctx->cnode));
 }
 
 /*
@@ -830,17 +878,14 @@ __noinline u64 zernel_node_hshare(u64 id)
 }
 
 /*
- * The thread's share of the machine, FP_ONE = all of it: its node's share times its weight over
- * the weight of the node's runnable threads and active children.
+ * The thread's share of the machine, FP_ONE = all of it, as a thread of weight w in node n (of
+ * id id): the node's share times w over the weight of the node's runnable threads and active
+ * children.
  */
-static __always_inline u64 task_share(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline u64 share_in(struct task_ctx *tctx, struct znode *n, u64 id, u64 w)
 {
-	u64 id = tctx->joined ? tctx->cnode : task_node(tctx);
-	u64 w = task_weight(p, tctx), hs, d, s, own;
-	struct znode *n = node_get(id);
+	u64 hs, d, s, own;
 
-	if (!n)
-		return FP_ONE;
 	/* The cache is read here: the walk (a second lookup of the node) only when it is stale. */
 	hs = FP_ONE;
 	if (id)
@@ -865,6 +910,23 @@ static __always_inline u64 task_share(struct task_struct *p, struct task_ctx *tc
 		d = OWN_GROUP_W;
 	s = hs * w / own * OWN_GROUP_W / d;
 	return s ? s : 1;
+}
+
+/* The share of a runnable thread (joined): its node, and the weight it joined with (in own_w). */
+static __always_inline u64 joined_share(struct task_ctx *tctx, struct znode *n)
+{
+	return n ? share_in(tctx, n, tctx->cnode, (u64)tctx->pub.contrib_weight) : FP_ONE;
+}
+
+static __always_inline u64 task_share(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct znode *n;
+	u64 id;
+
+	if (tctx->joined)
+		return joined_share(tctx, node_get(tctx->cnode));
+	n = task_node(tctx, &id);
+	return share_in(tctx, n, id, task_weight(p, tctx));
 }
 
 /* Virtual time for ns of run time at a share: ns * FP_ONE / share. */
@@ -1051,7 +1113,7 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	if (!zernel_follow_phases || !tctx->weight)
 		return false;
 	st = phase_state(p);
-	tctx->followed = !!st;
+	set_followed(p, tctx, !!st);
 	if (!st)
 		return false;
 	idx = st->phase < ZERNEL_PHASE_NR ? st->phase : ZERNEL_PHASE_UNKNOWN;
@@ -1136,13 +1198,16 @@ static void insert_local_on(struct task_struct *p, s32 cpu, u64 slice, u64 enq_f
  * from ops.select_cpu and, for wakeups that skip it (one allowed CPU, migration disabled), from
  * ops.enqueue: the work of ops.runnable, without the cost of a separate callback on every wakeup.
  */
-static __always_inline void task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
+static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
 {
+	u64 share;
+
 	if (ttwu)	/* not a new task's first placement (SCX_WAKE_FORK) */
 		tctx->pub.wakeups++;
 	tctx->woke = 1;
-	task_account(p, tctx);
-	clamp_lag(tctx, task_share(p, tctx));
+	share = joined_share(tctx, task_account(p, tctx));
+	clamp_lag(tctx, share);
+	return share;
 }
 
 /*
@@ -1331,11 +1396,9 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		stat_inc(ZERNEL_STAT_REENQ);
 	woke = tctx->woke;
 	if ((enq_flags & SCX_ENQ_WAKEUP) && !woke)
-		task_wakes(p, tctx, true);	/* ops.select_cpu was skipped */
+		share = task_wakes(p, tctx, true); /* ops.select_cpu was skipped */
 	else
-		task_account(p, tctx);
-	tctx->in_order = 0;
-	share = task_share(p, tctx);
+		share = joined_share(tctx, task_account(p, tctx));
 	key = tctx->pub.vtime + vscale(task_request(tctx), share);
 
 	/* Its cgroup (or an ancestor) spent its cpu.max quota: wait for the next period. */
@@ -1379,7 +1442,6 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	    would_lead(key) && try_preempt(p, tctx, enq_flags))
 		return;
 	tctx->pub.queued_at = now_ns();
-	tctx->in_order = 1;
 	tctx->key = key;
 	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, tctx->slice, key, enq_flags);
 	stat_inc(ZERNEL_STAT_GLOBAL);
@@ -1402,18 +1464,18 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 /*
  * Charges the run time since the last charge: the growth of p->se.sum_exec_runtime, which the
  * kernel brings up to date (update_curr_scx) before each caller (ops.stopping, ops.tick,
- * ops.dispatch for prev), so no clock read.
+ * ops.dispatch for prev), so no clock read. The sum grows only while the thread runs, so the
+ * value at the last charge (or at ops.enable) is the value at the start of this run: ops.running
+ * writes nothing for it.
  */
-static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline void charge_run(struct task_struct *p, struct task_ctx *tctx, u64 share)
 {
 	struct zernel_task_ctx *tc = &tctx->pub;
 	u64 sum = p->se.sum_exec_runtime, used;
 
-	if (!tc->running)
-		return;
 	used = time_delta(sum, tctx->sum_at);
 	tctx->sum_at = sum;
-	tc->vtime += vscale(used, task_share(p, tctx));
+	tc->vtime += vscale(used, share);
 	if (tctx->limited && bw_nr)
 		zernel_bw_charge(tctx->cgid, used);
 	tc->runtime_ns += used;
@@ -1422,6 +1484,11 @@ static __always_inline void account_run(struct task_struct *p, struct task_ctx *
 		stat_add(ZERNEL_STAT_RUN_NS_PHASE + tctx->phase, used);
 	else
 		stat_add(ZERNEL_STAT_RUN_NS_UNDECIDED, used);
+}
+
+static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx)
+{
+	charge_run(p, tctx, task_share(p, tctx));
 }
 
 /*
@@ -1515,6 +1582,9 @@ static void bw_tick_refill(void);
 
 void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 {
+	struct task_struct *head;
+	u64 key;
+
 	/*
 	 * The rescue DSQ is looked at only while the starvation scan says it may hold tasks: a
 	 * DSQ lookup per dispatch is a cost every context switch would pay. The scan sets the
@@ -1533,7 +1603,21 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 	}
 	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && keep_prev(prev, cpu))
 		return;
-	scx_bpf_dsq_move_to_local(ZERNEL_DSQ_SHARED, 0);
+	/*
+	 * vtime_now follows the front of the queue: the head's key, when this CPU takes a task in
+	 * order (the head, or the first that may run here: its key is no smaller). Tasks that went
+	 * straight to an idle CPU or were rescued do not move it: they may be far ahead, and would
+	 * push every sleeper's floor past all the queued tasks (the lag bound keeps such a thread
+	 * within two slices of vtime_now when it next wakes). Racy, as in scx_simple: a lost update
+	 * only lowers the floor a moment. An empty queue (a CPU going idle, most dispatches of a
+	 * ping-pong) costs the peek alone.
+	 */
+	head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
+	if (!head)
+		return;
+	key = head->scx.dsq_vtime;
+	if (scx_bpf_dsq_move_to_local(ZERNEL_DSQ_SHARED, 0) && time_before(vtime_now, key))
+		vtime_now = key;
 }
 
 /*
@@ -1650,51 +1734,46 @@ static s32 phase_kicks_init(void)
 	return 0;
 }
 
+/*
+ * ops.running has work only for a followed thread of a decided process: the phase timer watches
+ * its run. The run time needs no start mark (account_run), vtime_now moves in ops.dispatch, and
+ * a thread whose tgid slot counts no followed thread is not looked up (COST).
+ */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
-	struct task_ctx *tctx = task_ctx_get(p);
+	struct task_ctx *tctx;
 
-	if (!tctx)
+	if (!zernel_follow_phases || !*followed_slot(p))
 		return;
-	/* A followed thread of a decided process: the phase timer watches its run. */
-	if (zernel_follow_phases && tctx->weight && tctx->followed) {
+	tctx = task_ctx_get(p);
+	if (tctx && tctx->weight && tctx->followed) {
 		phase_starts(p, tctx);
 		phase_kick_arm(p);
 	}
-	tctx->pub.running = 1;
-	tctx->sum_at = p->se.sum_exec_runtime;
-	tctx->pub.queued_at = 0;
-	tctx->woke = 0;
-	/*
-	 * vtime_now follows the front of the queue: only a task that comes from the shared queue
-	 * (in vtime order) moves it. One that went straight to an idle CPU or was rescued may be
-	 * far ahead, and would push every sleeper's floor past all the queued tasks (the lag
-	 * bound keeps such a thread within a slice of vtime_now when it next queues). Racy, as in
-	 * scx_simple: a lost update only lowers the floor a moment.
-	 */
-	if (tctx->in_order && time_before(vtime_now, tctx->key))
-		vtime_now = tctx->key;
-	tctx->in_order = 0;
 }
 
 void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
 	struct zernel_task_ctx *tc;
+	struct znode *n;
 
 	if (!tctx)
 		return;
 	tc = &tctx->pub;
-	account_run(p, tctx); /* no clock read: see account_run */
-	tc->running = 0;
+	/* One lookup of its node for the charge and the leave. */
+	n = tctx->joined ? node_get(tctx->cnode) : NULL;
+	charge_run(p, tctx, tctx->joined ? joined_share(tctx, n) : task_share(p, tctx));
 	if (!runnable) {
+		/* The next wakeup is counted anew (ops.select_cpu, else ops.enqueue). */
+		tctx->woke = 0;
 		if (zernel_follow_phases && tctx->weight)
 			phase_sleeps(p, tctx);
 		/* Going to sleep: the burst ends, and the thread leaves its node's load. */
 		tc->last_burst_ns = tc->burst_ns;
 		tc->avg_burst_ns = tc->avg_burst_ns - (tc->avg_burst_ns >> 3) + (tc->burst_ns >> 3);
 		tc->burst_ns = 0;
-		task_unaccount(tctx);
+		task_unaccount_in(tctx, n);
 	}
 }
 
@@ -1761,16 +1840,23 @@ void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
 {
 	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
-	if (tctx)
-		tctx->pub.vtime = vtime_now;
+	if (!tctx)
+		return;
+	tctx->pub.vtime = vtime_now;
+	/* Run time before (under another class) is not ours to charge. */
+	tctx->sum_at = p->se.sum_exec_runtime;
+	tctx->woke = 0;
 }
 
 void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 {
 	struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 
-	if (tctx)
-		task_unaccount(tctx);
+	if (!tctx)
+		return;
+	task_unaccount(tctx);
+	/* Leaving the scheduler (or exiting): its tgid slot stops counting it. */
+	set_followed(p, tctx, false);
 }
 
 s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task_args *args)
@@ -1949,10 +2035,8 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 		queued_at = tctx->pub.queued_at;
 		if (!queued_at || time_delta(now, queued_at) <= starve_ns)
 			continue;
-		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_RESCUE, 0)) {
-			tctx->in_order = 0;
+		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_RESCUE, 0))
 			stat_inc(ZERNEL_STAT_STARVE_RESCUE);
-		}
 	}
 	bpf_rcu_read_unlock();
 	/* Set after the moves, and again while anything waits there (see ops.dispatch). */
@@ -2031,7 +2115,6 @@ static void bw_release(void)
 		if (tctx) {
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, tctx->key);
 			tctx->pub.queued_at = now_ns();
-			tctx->in_order = 1;
 		}
 		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_SHARED, 0))
 			continue;

@@ -45,6 +45,12 @@ packages=(
 # would conflict with it).
 if ! command -v kubectl > /dev/null; then packages+=(kubernetes-client); fi
 
+# tracefs: the probes' futex and sched_switch tracepoints need it (a fresh machine may boot
+# without it mounted); the probes' unit and integration tests expect it.
+if [[ $(id -u) -eq 0 ]] && ! mountpoint -q /sys/kernel/tracing; then
+  mount -t tracefs nodev /sys/kernel/tracing && echo "setup: mounted tracefs on /sys/kernel/tracing"
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -22,7 +22,9 @@
 # the scheduler's BPF callbacks per pipe round trip, and callbacks per round trip, and in the
 # log ("@@ bench NAME round N prog ...") each callback's ns per call and calls per 100 round
 # trips; the statistics add two clock reads to every callback, so leave them off for the
-# headline figures).
+# headline figures), SCX_BENCH_CGROUP=1 (run the benchmark's processes in a cgroup two levels
+# below the root, /bench/pair, as a service of a systemd machine runs, instead of the root cgroup:
+# zernel counts a cgroup's threads in that cgroup's node, which the root cgroup's skip).
 # Placement: each pipe run also reports where the pair ran (same-CPU share of round trips,
 # migrations, involuntary switches; the guest adds IPIs per round trip). A run with both on one
 # CPU is about 20 % faster than one on two, and which a run gets is chance, for scx_simple as for
@@ -77,7 +79,7 @@ ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + r
   --add "$out/scx_simple" --add "$repo/tests/vm/scx_guest.sh" "${base[@]}" -- \
   sh -c "PATH=\$PATH:$out:$deps/bpf/bin SCX_BENCH_REPS=$reps SCX_BENCH_BASE='${SCX_BENCH_BASE:-}' \
     SCX_BENCH_PIPE=${SCX_BENCH_PIPE:-20000} SCX_BENCH_SCHEDS='${SCX_BENCH_SCHEDS:-}' \
-    SCX_BENCH_BPFSTATS=${SCX_BENCH_BPFSTATS:-} \
+    SCX_BENCH_BPFSTATS=${SCX_BENCH_BPFSTATS:-} SCX_BENCH_CGROUP=${SCX_BENCH_CGROUP:-} \
     sh $repo/tests/vm/scx_guest.sh bench" |
   tee "$log"
 

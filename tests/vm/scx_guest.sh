@@ -26,7 +26,8 @@
 # Env: SCX_DRIVER (zernel-scx-driver), SCX_SHARE_SECS (10), SCX_ALONE_SECS (40), SCX_SHARE_CASES,
 # SCX_WEIGHT_SECS (10), SCX_CHURN_SECS (60), SCX_LAT_COUNT (1000), SCX_BENCH_REPS (3),
 # SCX_BENCH_BASE (none), SCX_BENCH_PIPE (20000 round trips), SCX_BENCH_SCHEDS (all of them),
-# SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool).
+# SCX_BENCH_BPFSTATS (1: also the BPF schedulers' own run time per pipe round trip; needs bpftool),
+# SCX_BENCH_CGROUP (1: the benchmark's processes in the cgroup /bench/pair, not the root cgroup).
 # shellcheck source=tests/vm/guest-lib.sh
 . /zernel/guest-lib.sh  # r, ok, bad, state, uptime_cs, wait_state, ticks, ... (run-in-vm.sh adds it)
 skipped=0   # checks that could not measure (exit 77 when nothing failed)
@@ -308,12 +309,25 @@ check_churn() {
   fi
 }
 
+# bench_in CMD...: runs CMD where the benchmark runs: in the cgroup /bench/pair, two levels below
+# the root as a service under system.slice is, when SCX_BENCH_CGROUP is set (a thread of a
+# cgroup is counted in that cgroup's node: the hash lookups and tree walks the root cgroup's
+# threads skip); else in the root cgroup, like the rest of the guest.
+bench_in() {
+  if [ -n "${SCX_BENCH_CGROUP:-}" ]; then
+    mkdir -p "$CG/bench/pair" && echo +cpu > "$CG/bench/cgroup.subtree_control" &&
+      sh -c 'echo $$ > "$0/bench/pair/cgroup.procs" && exec "$@"' "$CG" "$@"
+  else
+    "$@"
+  fi
+}
+
 # bench_one NAME ROUND: pipe ping-pong and messaging once, under whatever scheduler is loaded.
 bench_one() {
   rt=${SCX_BENCH_PIPE:-20000}
   [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost) && bpf_progs > /tmp/progs0
   i0=$(ipis)
-  r "bench $1 round $2 $(zernel-schedbench pipe "$rt")"
+  r "bench $1 round $2 $(bench_in zernel-schedbench pipe "$rt")"
   # Rescheduling and function-call IPIs (all CPUs) per 100 round trips: cross-CPU wakeups.
   i1=$(ipis)
   set -- "$1" "$2" $i0 $i1
@@ -328,7 +342,7 @@ bench_one() {
       $2 > c[$1] { printf "@@ %s %s %d ns/call %d calls/100\n", who, $1, ($3 - t[$1]) / ($2 - c[$1]),
         ($2 - c[$1]) * 100 / rt }' /tmp/progs0 /tmp/progs1
   fi
-  r "bench $1 round $2 $(zernel-schedbench msg 4 200)"
+  r "bench $1 round $2 $(bench_in zernel-schedbench msg 4 200)"
 }
 
 # ipis: "RES CAL", rescheduling and function-call interrupts so far, summed over the CPUs.
