@@ -166,9 +166,10 @@
  *   (With phases from events, ops.tick looks up the running thread's task_ctx, and for a thread
  *   of a decided process its phase: one or two task-storage lookups per tick, 250/s a CPU.)
  * - nothing is written for the preemption victim search on the hot paths: it reads each CPU's
- *   current task (scx_bpf_cpu_curr, its task_ctx and p->scx.slice) when a preempting wakeup
- *   finds no idle CPU, which is rare, instead of a per-CPU record that ops.running and
- *   ops.stopping kept up to date (with a clock read) on every context switch;
+ *   current task (scx_bpf_cpu_curr, its task_ctx and p->scx.slice; before 6.18 scx_bpf_cpu_rq,
+ *   and the task_ctx through a reference taken by pid) when a preempting wakeup finds no idle
+ *   CPU, which is rare, instead of a per-CPU record that ops.running and ops.stopping kept up
+ *   to date (with a clock read) on every context switch;
  * - the rescue DSQ is looked at only while the starvation scan has flagged it;
  * - counters are per-CPU array slots (no shared cache line).
  * - run time is charged from p->se.sum_exec_runtime, which the kernel brings up to date before
@@ -183,11 +184,11 @@
  *   task_share and task_account are inlined (no BPF-to-BPF call on a wakeup or a stop), and
  *   the lag bound divides once where the request is the default slice.
  * Where that leaves it (2026-12-02, docs/benchmarks.md): per pipe round trip, in instruction
- * time with the BPF statistics on, select_cpu about 810 ns a call against scx_simple's 560,
- * running 164 against 104, stopping 331 against 172 (about 100 ns of each is the statistics'
- * own): about 1.3 us of BPF more per round trip, 6 % at equal placement. What remains is the
- * model, and more its code than its lookups (a task-storage lookup is about 36 ns): the lag
- * bound and node join at the wakeup, the charge at the stop (share, vtime division, counters).
+ * time with the BPF statistics on, select_cpu about 790 ns a call against scx_simple's 560,
+ * running 100 against 104, stopping 307 against 172 (about 100 ns of each is the statistics'
+ * own); at equal placement, 1.044 of scx_simple's round trip in two boots. What remains is the
+ * model's work at a wakeup and a stop (join, lag bound, share, charge, leave) and the two
+ * task-storage lookups (about 45 ns each) those callbacks need.
  * - ops.enqueue kicks an idle CPU for a queued task only when ops.select_cpu did not place it:
  *   for a wakeup select_cpu found no idle CPU, or chose the waker's CPU on purpose (a
  *   synchronous wakeup), and a kick would undo that with an IPI and a migration.
@@ -206,7 +207,9 @@
  * thread counts in the root node. The timer callback takes the RCU read lock itself (the 6.16 verifier wants it for
  * the DSQ iterator; 7.x implies it). Per-node idle masks (6.15+, SCX_OPS_BUILTIN_IDLE_PER_NODE)
  * are not used: node preference uses our own node cpumasks, built in ops.init from the loader's
- * CPU->node table. Tested on 7.3.4 and 6.16.3 (docs/sched-ext.md).
+ * CPU->node table. Tested on 7.3.4, 6.16.3 and a 6.12.118 built by hand (docs/sched-ext.md): there
+ * the victim search reaches another CPU's task through scx_bpf_cpu_rq, an untrusted pointer
+ * (cpu_running).
  *
  * KNOWN WEAKNESSES.
  * - One shared queue: fine for tens of CPUs, a contention point on hundreds (scx_simple's
@@ -1174,16 +1177,59 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 #define ZERNEL_MAX_RT_PRIO 100 /* the kernel's MAX_RT_PRIO: priorities below are RT or deadline */
 #define ZERNEL_SCHED_EXT   7   /* the SCHED_EXT policy */
 
+/* False for a CPU running none of ours (idle, a higher class, not SCHED_EXT in a partial switch) */
+static __always_inline bool runs_ours(const struct task_struct *curr)
+{
+	return curr && curr->pid && curr->prio >= ZERNEL_MAX_RT_PRIO &&
+	       (!switch_partial || curr->policy == ZERNEL_SCHED_EXT);
+}
+
+/*
+ * The weight of the thread of pid (else nice_w, its nice weight), through a reference taken by
+ * pid: before 6.18 (cpu_running). A global function, verified once on its own: inlined into
+ * the victim search's CPU loop, the reference taken and released in each iteration made the
+ * 6.12 verifier walk over its limit of a million instructions.
+ */
+__noinline u64 zernel_weight_of_pid(s32 pid, u64 nice_w)
+{
+	struct task_struct *t = bpf_task_from_pid(pid);
+	struct task_ctx *tctx;
+	u64 w = nice_w;
+
+	if (!t)
+		return w;
+	tctx = bpf_task_storage_get(&zernel_task_ctx, t, 0, 0);
+	if (tctx)
+		w = task_weight(t, tctx);
+	bpf_task_release(t);
+	return w;
+}
+
 static __always_inline bool cpu_running(s32 cpu, u64 *weight, u64 *slice_left)
 {
-	struct task_struct *curr = __COMPAT_scx_bpf_cpu_curr(cpu);
+	struct task_struct *curr;
 	struct task_ctx *tctx;
+	struct rq *rq;
 
-	if (!curr || !curr->pid || curr->prio < ZERNEL_MAX_RT_PRIO ||
-	    (switch_partial && curr->policy != ZERNEL_SCHED_EXT))
+	if (bpf_ksym_exists(scx_bpf_cpu_curr)) {
+		curr = scx_bpf_cpu_curr(cpu); /* 6.18+: an RCU pointer, task storage takes it */
+		if (!runs_ours(curr))
+			return false;
+		tctx = bpf_task_storage_get(&zernel_task_ctx, curr, 0, 0);
+		*weight = tctx ? task_weight(curr, tctx) : nice_weight(curr);
+		*slice_left = curr->scx.slice;
+		return true;
+	}
+	/*
+	 * Before 6.18 only scx_bpf_cpu_rq() gives it, and rq->curr is an untrusted pointer: fields
+	 * read (as probe reads), but task storage refuses it. The task's storage is reached
+	 * through a reference taken by its pid (NULL when it has just exited: its nice weight).
+	 */
+	rq = scx_bpf_cpu_rq(cpu);
+	curr = rq ? rq->curr : NULL;
+	if (!runs_ours(curr))
 		return false;
-	tctx = bpf_task_storage_get(&zernel_task_ctx, curr, 0, 0);
-	*weight = tctx ? task_weight(curr, tctx) : nice_weight(curr);
+	*weight = zernel_weight_of_pid(curr->pid, nice_weight(curr));
 	*slice_left = curr->scx.slice;
 	return true;
 }

@@ -17,7 +17,9 @@
 #      ZERNEL_VM_MEM (MiB, 1024), ZERNEL_VM_APPEND (extra kernel arguments), ZERNEL_VM_VERBOSE=1
 #      (timings and the guest console on stderr), ZERNEL_VM_KEEP=1 (keep the run directory),
 #      ZERNEL_VM_QEMU_ARGS (extra QEMU options, split at blanks; e.g. "-icount shift=0,sleep=off"
-#      makes guest time count instructions, for benchmarks on a busy host: bench/vm/run.sh).
+#      makes guest time count instructions, for benchmarks on a busy host: bench/vm/run.sh),
+#      ZERNEL_VM_KERNEL (a directory with vmlinuz, KVER and config: another kernel than the
+#      fetched one, e.g. one built by tests/vm/build-kernel-6.12.sh).
 # shellcheck disable=SC2034,SC2178,SC2004,SC2317 # namerefs (local -n map=...) and the trap
 set -euo pipefail
 here=$(dirname "$(realpath "$0")")
@@ -49,10 +51,10 @@ done
 [ $# -gt 0 ] || { usage >&2; exit 125; }
 
 # Cached kernel and QEMU (cmake/Bpf.cmake's vm-deps target).
-kdir=$deps/kernel/current
+kdir=${ZERNEL_VM_KERNEL:-$deps/kernel/current}
 qemu=$deps/qemu/bin/qemu-system-x86_64
 hint="build it with: cmake --build $build --target vm-deps (needs -DZERNEL_BPF=ON)"
-[ -f "$kdir/vmlinuz" ] || die "no test kernel in $deps/kernel; $hint"
+[ -f "$kdir/vmlinuz" ] || die "no test kernel in $kdir; $hint"
 [ -x "$qemu" ] || die "no QEMU in $deps/qemu; $hint"
 busybox=$(command -v busybox) || die "busybox not found: run scripts/setup.sh (busybox-static)"
 kver=$(cat "$kdir/KVER")
