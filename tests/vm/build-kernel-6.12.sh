@@ -6,7 +6,7 @@
 # took by itself, 6.12 leaves it on that CPU's local queue unless the scheduler implements
 # ops.cpu_release. So this builds Debian's linux-source-6.12 with a small configuration
 # (tinyconfig plus what the guest and the scheduler need, everything built in: no modules), about
-# 30 minutes on 2 cores, too long for CI; run it by hand, then point the VM at it:
+# 15-20 minutes on 2 cores, too long for CI; run it by hand, then point the VM at it:
 #
 #   tests/vm/build-kernel-6.12.sh                  # -> build/_deps/kernel-6.12
 #   ZERNEL_VM_KERNEL=build/_deps/kernel-6.12 tests/vm/run-in-vm.sh -- ...
