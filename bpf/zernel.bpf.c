@@ -789,34 +789,6 @@ static __always_inline struct znode *task_node(const struct task_ctx *tctx, u64 
 	return n;
 }
 
-/*
- * Keeps the thread's contribution (node and weight) in step with its decision and cgroup, for a
- * runnable thread: leaves what it joined before if that differs, joins what it should. Returns
- * the node it is counted in.
- */
-static __always_inline struct znode *task_account(struct task_struct *p, struct task_ctx *tctx)
-{
-	struct zernel_task_ctx *tc = &tctx->pub;
-	s64 w = (s64)task_weight(p, tctx);
-	struct znode *n, *old;
-	u64 id;
-
-	n = task_node(tctx, &id);
-	if (tctx->joined && tctx->cnode == id && tc->contrib_weight == w)
-		return n;
-	if (tctx->joined) {
-		old = node_get(tctx->cnode);
-		if (old)
-			node_leave(old, tctx->cnode, tc->contrib_weight);
-	}
-	node_join(n, id, w);
-	tctx->joined = 1;
-	tctx->cnode = id;
-	tc->contrib_weight = w;
-	tc->contrib_tenant = (id & TENANT_NODE) ? (u16)(id & 0xFFFF) : ZERNEL_NO_TENANT;
-	return n;
-}
-
 /* Leaves the node it joined, n (node_get(cnode), looked up by the caller; NULL: gone). */
 static __always_inline void task_unaccount_in(struct task_ctx *tctx, struct znode *n)
 {
@@ -833,6 +805,31 @@ static void task_unaccount(struct task_ctx *tctx)
 {
 	if (tctx->joined)
 		task_unaccount_in(tctx, node_get(tctx->cnode));
+}
+
+/*
+ * Keeps the thread's contribution (node and weight) in step with its decision and cgroup, for a
+ * runnable thread: leaves what it joined before if that differs, joins what it should. Returns
+ * the node it is counted in.
+ */
+static __always_inline struct znode *task_account(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_task_ctx *tc = &tctx->pub;
+	s64 w = (s64)task_weight(p, tctx);
+	struct znode *n;
+	u64 id;
+
+	n = task_node(tctx, &id);
+	if (tctx->joined && tctx->cnode == id && tc->contrib_weight == w)
+		return n;
+	if (tctx->joined) /* a wakeup (not joined) makes no call */
+		task_unaccount(tctx);
+	node_join(n, id, w);
+	tctx->joined = 1;
+	tctx->cnode = id;
+	tc->contrib_weight = w;
+	tc->contrib_tenant = (id & TENANT_NODE) ? (u16)(id & 0xFFFF) : ZERNEL_NO_TENANT;
+	return n;
 }
 
 /*
