@@ -8,16 +8,22 @@
 // Shutdown on SIGINT/SIGTERM (the stop fd): the backend restores what it changed, delay
 // accounting is restored, the HTTP server stops.
 //
-// The Daemon orchestrates; the parts live in their own files:
-//   daemon.cpp               start-up wiring, the loop and its wake-ups, decide, publish, stop
-//   daemon_sampling.cpp      steps 1 and 2: discovery, NVML, then collect::TickBuilder
-//                            (collect/tick_builder.hpp) merges the signals into task updates;
-//                            the daemon gives them to the engine, drops the processes it says
-//                            are gone and adds CPU time to tenants
+// The Daemon orchestrates; the parts live in their own files, each subsystem's opener beside it:
+//   daemon.cpp               start-up order, the loop and its ticks, decide, drop, stop
+//   daemon_sampling.cpp      steps 1 and 2: NVML (opened there), discovery, then
+//                            collect::TickBuilder (collect/tick_builder.hpp) merges the signals
+//                            into task updates; the daemon gives them to the engine, drops the
+//                            processes it says are gone and adds CPU time to tenants
+//   phase_events.cpp         the BPF probes (opened there, attached per GPU owner) and the phases
+//                            from events
 //   backend_supervisor.hpp   step 3's backend: ejection, restart with backoff, fallback, restore
-//   runtime_control.hpp      control-socket requests (daemon/control.hpp) and SIGHUP's reload,
-//                            served on this same loop thread between ticks, so the engine stays
-//                            single-threaded
+//   daemon_metrics.cpp       step 4: the HTTP server (opened there), snapshots, /metrics' extras
+//   daemon_control.cpp       the control socket (opened there) and SIGHUP, served on this same
+//                            loop thread between ticks through RuntimeControl
+//                            (runtime_control.hpp), so the engine stays single-threaded
+//   kubelet_tenants.cpp      [kubernetes]: the pod-resources collector (started there) as tenants
+//   machine_settings.cpp     what a crashed daemon left, the settings journal, power management
+//                            and kernel.task_delayacct (opened there, restored at stop)
 //   trace_recording.cpp      `zernel-scheduler trace`: a recording kept only while its client
 //                            waits, answered from the loop when it ends
 
@@ -120,6 +126,7 @@ class Daemon final : private ControlHost {
   explicit Daemon(DaemonOptions opts, policy::Topology topo);
   // Start-up, in this order (create).
   Result<void> start();
+  void replay_userspace_journal();
   void start_runtime_control();
   void open_nvml();
   void open_probes();
@@ -199,8 +206,8 @@ class Daemon final : private ControlHost {
     std::optional<std::uint32_t> gpu;
     collect::ProcessRole role = collect::ProcessRole::matched;
     bool has_workers = false;  // a GPU owner with DataLoader workers
-    bool probed = false;      // the GPU sync probes are attached to a libcuda it maps
-    bool event_role = false;  // its phases come from the BPF event rules (phase_events.cpp)
+    bool probed = false;       // the GPU sync probes are attached to a libcuda it maps
+    bool event_role = false;   // its phases come from the BPF event rules (phase_events.cpp)
     // /proc/PID/stat field 22 when registered: with the pid, the process's identity (0: unknown)
     std::uint64_t start = 0;
   };
@@ -230,14 +237,14 @@ class Daemon final : private ControlHost {
 #endif
   std::unordered_map<std::uint32_t, Tracked> tracked_;
   std::vector<collect::TrackedProcess> tick_processes_;  // scratch
-  std::vector<std::uint32_t> children_;  // scratch
+  std::vector<std::uint32_t> children_;                  // scratch
   std::unordered_set<std::uint32_t> reported_new_;  // new_process_appeared, since the last scan
   collect::TickResult tick_result_;                 // scratch
   std::vector<policy::Decision> decisions_;
   collect::GpuProcessMap nvml_procs_;
-  bool nvml_procs_fresh_ = false;  // nvml_procs_ was read on this tick
-  collect::GpuUtilization gpu_util_;                             // NVML's utilisation this tick
-  std::uint64_t tick_ns_ = 100'000'000;                          // phase_eval_interval_ms in ns
+  bool nvml_procs_fresh_ = false;        // nvml_procs_ was read on this tick
+  collect::GpuUtilization gpu_util_;     // NVML's utilisation this tick
+  std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;
   DaemonStats stats_;

@@ -1,5 +1,6 @@
-// The daemon's part of /metrics: what the engine does not know (telemetry/snapshot.hpp fills the
-// rest). Called once per publish on the loop thread.
+// The daemon's telemetry: the HTTP server of /metrics and /status it opens, the snapshot it
+// publishes there every push_interval_ms, and its part of /metrics: what the engine does not know
+// (telemetry/snapshot.hpp fills the rest). On the loop thread.
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/fd_budget.hpp"
 #include "common/version.hpp"
 #include "daemon/daemon.hpp"
 #include "intf.h"
@@ -70,14 +72,19 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
 #ifdef ZERNEL_HAVE_PROBES
   if (probes_) {
     const collect::ProbeStats p = probes_->stats();
-    s.probe_counters = {
-        {"sync_enter", p.sync_enter},         {"sync_return", p.sync_return},
-        {"sync_nested", p.sync_nested},       {"return_miss", p.return_miss},
-        {"depth_overflow", p.depth_overflow}, {"thread_map_full", p.thread_map_full},
-        {"proc_map_full", p.proc_map_full},   {"exit_in_sync", p.exit_in_sync},
-        {"futex_waits", p.futex_waits},       {"futex_untracked", p.futex_untracked},
-        {"phase_events", p.phase_events},     {"phase_events_lost", p.phase_events_lost},
-        {"phase_no_storage", p.phase_no_storage}};
+    s.probe_counters = {{"sync_enter", p.sync_enter},
+                        {"sync_return", p.sync_return},
+                        {"sync_nested", p.sync_nested},
+                        {"return_miss", p.return_miss},
+                        {"depth_overflow", p.depth_overflow},
+                        {"thread_map_full", p.thread_map_full},
+                        {"proc_map_full", p.proc_map_full},
+                        {"exit_in_sync", p.exit_in_sync},
+                        {"futex_waits", p.futex_waits},
+                        {"futex_untracked", p.futex_untracked},
+                        {"phase_events", p.phase_events},
+                        {"phase_events_lost", p.phase_events_lost},
+                        {"phase_no_storage", p.phase_no_storage}};
   }
 #endif
   add_tenant_cpu(s);
@@ -131,5 +138,51 @@ void Daemon::add_gpus(telemetry::Snapshot& s) const {
     s.gpus.push_back(std::move(g));
   }
 }
+
+// common/fd_budget.hpp: the whole descriptor limit for the daemon (the signal sampler keeps up
+// to half of it open), connections a bounded share.
+Result<void> Daemon::open_http() {
+  const std::uint64_t nofile = raise_nofile_limit();
+  if (!opts_.serve_http) return Ok{};
+  const config::TelemetryConfig& tc = opts_.config.telemetry;
+  const FdBudget budget = fd_budget(nofile);
+  telemetry::HttpLimits limits;
+  limits.max_connections = budget.http_connections;
+  limits.max_per_peer = budget.http_per_peer;
+  spdlog::info("descriptors: limit {}; at most {} HTTP and {} control connections", nofile,
+               budget.http_connections, ControlServer::kMaxClients);
+  http_ = std::make_unique<telemetry::HttpServer>(store_, limits);
+  const std::uint16_t port =
+      opts_.http_port_override != 0 ? opts_.http_port_override : tc.metrics_port;
+  if (auto r = http_->start(tc.metrics_address, port); !r) return r.error();
+  spdlog::info("serving /metrics and /status on http://{}:{}", tc.metrics_address, http_->port());
+  return Ok{};
+}
+
+std::uint16_t Daemon::http_port() const { return http_ ? http_->port() : 0; }
+
+void Daemon::publish(std::uint64_t now_ns) {
+  telemetry::Snapshot s = snapshot(now_ns);
+  s.last_decision_latency_ns = last_decision_ns_;
+  s.decision_latency = decision_latency_;
+  for (const char* c : {"nvml", "discovery", "cpu_load", "backend", "probes"}) {
+    s.collector_errors.push_back({c, collector_errors_[c]});
+  }
+  if (power_) s.collector_errors.push_back({"power", power_->errors()});
+  add_metrics(s);
+  store_.publish(std::move(s));
+}
+
+telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
+  telemetry::Snapshot s = telemetry::take_snapshot(engine_, now_ns, true);
+  s.backend = std::string(backend_.name());
+  for (telemetry::TaskView& v : s.tasks) {
+    if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
+    v.tenant_share = backend_.backend().tenant_share_note(v.pid);
+  }
+  return s;
+}
+
+telemetry::Snapshot Daemon::status_snapshot() { return snapshot(monotonic_now_ns()); }
 
 }  // namespace zernel::daemon

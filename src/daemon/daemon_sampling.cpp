@@ -1,5 +1,6 @@
 // The daemon's collectors, once per tick (daemon.hpp, steps 1 and 2): process discovery and
-// NVML's process list, GPU utilisation, the phases from events and CPU loads. The per-process
+// NVML's process list (NVML opened here at start-up), GPU utilisation, the phases from events
+// and CPU loads. The per-process
 // merge (signals, schedstat, probes, main thread's wait) is collect::TickBuilder's
 // (collect/tick_builder.hpp); the daemon hands it what it tracks and acts on what it returns.
 
@@ -9,9 +10,6 @@
 
 #include "collect/tick_builder.hpp"
 #include "collect/wait_state.hpp"
-#ifdef ZERNEL_HAVE_PROBES
-#include "collect/probes/cuda_library.hpp"
-#endif
 #include "daemon/daemon.hpp"
 #include "daemon/ticker.hpp"
 #include "sys/procfs.hpp"
@@ -38,6 +36,18 @@ class SyncProbeSource final : public collect::ProbeSource {
 
 }  // namespace
 #endif
+
+void Daemon::open_nvml() {
+  auto nvml = sys::Nvml::load(opts_.nvml_library);
+  if (!nvml) {
+    spdlog::warn("{}", nvml.error().message());
+    return;
+  }
+  nvml_ = std::move(*nvml);
+  spdlog::info("NVML {} ({}): {} GPU(s)", nvml_->driver_version(), nvml_->library(),
+               nvml_->devices().size());
+  gpu_util_.device.assign(nvml_->devices().size() + 1, 0);
+}
 
 bool Daemon::new_process_appeared() {
   bool found = false;
@@ -193,25 +203,6 @@ void Daemon::sample_signals(std::uint64_t now_ns) {
   } else {
     count_error("cpu_load");
   }
-}
-
-void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
-#ifdef ZERNEL_HAVE_PROBES
-  if (!probes_) return;
-  auto n = probes_->attach_process_libraries(pid);
-  if (!n) {
-    count_error("probes");
-    spdlog::debug("probes: pid {}: {}", pid, n.error().message());
-    return;
-  }
-  if (*n == 0) {
-    // Nothing newly attached: either no libcuda mapped yet, or one attached for another process.
-    auto maps = collect::probes::read_libcuda_mappings(opts_.proc_root, pid);
-    if (!maps || maps->empty()) return;
-  }
-  t.probed = true;
-  if (probes_->has_futex()) (void)probes_->track(pid);
-#endif
 }
 
 }  // namespace zernel::daemon

@@ -1,12 +1,17 @@
 // Tenants from the kubelet's pod-resources API applied to the running daemon (RuntimeControl).
 // The collector (collect/pod_resources.hpp) and the mapping (config/pod_tenants.hpp) decide what
-// the tenants are; this file only merges them with the file's and the runtime tenants.
+// the tenants are; this file only merges them with the file's and the runtime tenants, and the
+// daemon's side: starting the collector ([kubernetes] enabled) and taking its answers on poll
+// ticks.
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
+#include "daemon/daemon.hpp"
 #include "daemon/runtime_control.hpp"
+#include "sys/cgroup.hpp"
+#include "sys/file.hpp"
 
 namespace zernel::daemon {
 
@@ -59,6 +64,42 @@ bool RuntimeControl::apply_kubelet_tenants(std::vector<config::TenantConfig> nex
                removed);
   kubelet_tenants_ = std::move(ids);
   return true;
+}
+
+void Daemon::start_pod_resources() {
+  const config::KubernetesConfig& k = opts_.config.kubernetes;
+  if (!k.enabled) return;
+  // Pods' cgroups are looked for in the unified (v2) hierarchy, where /proc/PID/cgroup's "0::"
+  // paths live: /sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host.
+  std::string cgroup_root = opts_.sys_root + "/fs/cgroup";
+  if (auto info = sys::read_file(opts_.proc_root + "/self/mountinfo")) {
+    for (const sys::CgroupMount& m : sys::parse_cgroup_mounts(*info)) {
+      if (m.version == sys::CgroupVersion::v2 && m.mount_root == "/") {
+        cgroup_root = m.mount_point;
+        break;
+      }
+    }
+  }
+  pods_ = std::make_unique<collect::PodResourcesSource>(k, cgroup_root, opts_.proc_root);
+  pods_->start();
+  spdlog::info("kubernetes: tenants from {} every {} ms, one per {}; pod cgroups under {}",
+               k.pod_resources_socket, k.refresh_ms,
+               k.tenant_by == config::TenantBy::pod ? "pod" : "namespace", cgroup_root);
+}
+
+// The latest good answer of the kubelet, if a new one came, as tenants.
+void Daemon::apply_pod_resources() {
+  if (!pods_) return;
+  std::optional<config::PodSnapshot> snap = pods_->take();
+  if (!snap) return;
+  config::PodTenants t = config::pod_tenants(*snap, opts_.config.kubernetes,
+                                             opts_.config.multi_tenant.default_priority_class);
+  std::set<std::string> now(t.problems.begin(), t.problems.end());
+  for (const std::string& p : now) {
+    if (!pod_problems_.contains(p)) spdlog::warn("kubernetes: {}", p);
+  }
+  pod_problems_ = std::move(now);
+  runtime_->apply_kubelet_tenants(std::move(t.tenants));
 }
 
 }  // namespace zernel::daemon

@@ -1,3 +1,7 @@
+// The BPF probes on the daemon's side (collect/probes): opened at start-up (the GPU sync probes,
+// futex counts and the phase event rules), attached to the libcuda a GPU owner maps once
+// discovery finds it, and the phases from events.
+//
 // Phases from events (docs/probes.md, "Phases from events"): the daemon's side of the BPF event
 // rules. Discovery names each GPU owner (rank rules) and DataLoader worker (worker rules) to the
 // probes; every tick the changes the BPF side made since the last one are drained from its ring
@@ -9,6 +13,9 @@
 #include <spdlog/spdlog.h>
 
 #include "collect/wait_state.hpp"
+#ifdef ZERNEL_HAVE_PROBES
+#include "collect/probes/cuda_library.hpp"
+#endif
 #include "daemon/daemon.hpp"
 
 namespace zernel::daemon {
@@ -44,6 +51,61 @@ std::string_view cause_name(std::uint8_t cause) {
 
 }  // namespace
 #endif
+
+void Daemon::open_probes() {
+#ifdef ZERNEL_HAVE_PROBES
+  const policy::PhaseDetectionOptions& pd = opts_.config.phase_detection;
+  collect::GpuSyncProbes::Options popts;
+  popts.proc_root = opts_.proc_root;
+  popts.phase_events = pd.mode == policy::PhaseSource::events;
+  popts.sync_hysteresis_ns = pd.event_sync_hysteresis_ns;
+  popts.idle_hysteresis_ns = pd.event_idle_hysteresis_ns;
+  popts.optimizer_max_ns = pd.event_optimizer_max_ns;
+  auto probes = collect::GpuSyncProbes::open(popts);
+  if (!probes) {
+    spdlog::warn("GPU synchronisation probes are off (no CPU bursts or GPU sync times): {}",
+                 probes.error().message());
+    if (popts.phase_events) spdlog::warn("phases from events are off: the periodic detector runs");
+    return;
+  }
+  probes_ = std::move(*probes);
+  if (popts.phase_events) {
+    phase_events_on_ = probes_->has_phase_events();
+    if (phase_events_on_) {
+      spdlog::info("phases from events (sync hysteresis {} us, idle {} us, optimizer bound {} ms)",
+                   pd.event_sync_hysteresis_ns / 1000, pd.event_idle_hysteresis_ns / 1000,
+                   pd.event_optimizer_max_ns / 1'000'000);
+    } else {
+      spdlog::warn("phases from events are off, the periodic detector runs: {}",
+                   probes_->phase_events_error()->message());
+    }
+  }
+  if (!probes_->has_futex()) {
+    spdlog::warn("futex waits are not counted: {}", probes_->futex_error()->message());
+  }
+#else
+  spdlog::warn("GPU synchronisation probes are not in this build (configured without BPF)");
+#endif
+}
+
+void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
+#ifdef ZERNEL_HAVE_PROBES
+  if (!probes_) return;
+  auto n = probes_->attach_process_libraries(pid);
+  if (!n) {
+    count_error("probes");
+    spdlog::debug("probes: pid {}: {}", pid, n.error().message());
+    return;
+  }
+  if (*n == 0) {
+    // Nothing newly attached: either no libcuda mapped yet, or one attached for another process.
+    auto maps = collect::probes::read_libcuda_mappings(opts_.proc_root, pid);
+    if (!maps || maps->empty()) return;
+  }
+  t.probed = true;
+  if (probes_->has_futex()) (void)probes_->track(pid);
+#endif
+}
 
 void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] Tracked& t) {
 #ifdef ZERNEL_HAVE_PROBES

@@ -1,6 +1,7 @@
 #include "daemon/ticker.hpp"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <time.h>
 
 #include <cerrno>
@@ -50,6 +51,28 @@ bool Ticker::wait(int stop_fd) {
   next_ += period_ns_;
   ++ticks_;
   return true;
+}
+
+Result<WakeSet> WakeSet::make(int stop_fd, int reload_fd, int control_fd) {
+  WakeSet w(stop_fd);
+  if (reload_fd < 0 && control_fd < 0) return w;
+  w.epoll_ = sys::UniqueFd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!w.epoll_.valid()) return errno_error("epoll_create1");
+  for (int fd : {stop_fd, reload_fd, control_fd}) {
+    if (fd < 0) continue;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    if (::epoll_ctl(w.epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) return errno_error("epoll_ctl");
+  }
+  return w;
+}
+
+bool WakeSet::stop_requested() const {
+  if (!epoll_.valid()) return true;  // it waits on the stop fd alone
+  if (stop_fd_ < 0) return false;
+  pollfd p{stop_fd_, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
 }
 
 }  // namespace zernel::daemon

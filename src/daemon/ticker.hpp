@@ -3,8 +3,15 @@
 // the start, never from "now + period", so time spent in a tick never delays the next one. When a
 // tick overruns one or more deadlines, the missed ones are skipped (and counted), not run in a
 // burst. wait() also returns early, with false, when the stop fd becomes readable.
+//
+// WakeSet is what the ticker waits on besides its deadline: the stop fd alone, or an epoll set
+// of the stop fd, the reload fd and the control socket's fd. When the set wakes it early without
+// a stop, the loop serves the control requests and SIGHUP, then waits for the same deadline again.
 
 #include <cstdint>
+
+#include "common/result.hpp"
+#include "sys/unique_fd.hpp"
 
 namespace zernel::daemon {
 
@@ -32,6 +39,23 @@ class Ticker {
   std::uint64_t ticks_ = 0;
   std::uint64_t skipped_ = 0;
   std::uint64_t lateness_ = 0;
+};
+
+class WakeSet {
+ public:
+  // Descriptors below 0 are left out; with neither a reload fd nor a control fd, the stop fd
+  // alone (no epoll set).
+  static Result<WakeSet> make(int stop_fd, int reload_fd, int control_fd);
+
+  // The descriptor to give Ticker::wait.
+  [[nodiscard]] int fd() const { return epoll_.valid() ? epoll_.get() : stop_fd_; }
+  // After the ticker woke early: whether it was for a stop.
+  [[nodiscard]] bool stop_requested() const;
+
+ private:
+  explicit WakeSet(int stop_fd) : stop_fd_(stop_fd) {}
+  int stop_fd_;
+  sys::UniqueFd epoll_;
 };
 
 }  // namespace zernel::daemon
