@@ -56,6 +56,7 @@ struct TopCmd {
   ClientArgs client;
   CLI::App* cmd = nullptr;
   bool once = false;
+  bool threads = false;
   double interval_s = 1.0;
 };
 void add_top_command(CLI::App& app, TopCmd& t);
@@ -72,8 +73,9 @@ struct TraceCmd {
 void add_trace_command(CLI::App& app, TraceCmd& t);
 int run_trace_command(const TraceCmd& t);
 
-// Shared by status and top: the table of tracked processes from a status document.
+// Shared by status and top: the table of tracked processes from a status document; with_threads
+// adds a row under each process for each of its threads that has phases ("threads").
 std::string format_status_table(const nlohmann::json& status, bool with_timeline, bool color,
-                                std::size_t max_rows);
+                                std::size_t max_rows, bool with_threads = false);
 
 }  // namespace zernel::cli

@@ -74,10 +74,18 @@ std::string timeline_bar(const nlohmann::json& times, bool color) {
   return bar;
 }
 
+// The seconds in each phase and the bar of a row (a process's or a thread's).
+std::string phase_columns(const nlohmann::json& times, bool color) {
+  return fmt::format(" {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f}  {}",
+                     phase_ms(times, "DataLoading") / 1e3, phase_ms(times, "GpuCompute") / 1e3,
+                     phase_ms(times, "NcclCollective") / 1e3,
+                     phase_ms(times, "OptimizerStep") / 1e3, timeline_bar(times, color));
+}
+
 }  // namespace
 
 std::string format_status_table(const nlohmann::json& status, bool with_timeline, bool color,
-                                std::size_t max_rows) {
+                                std::size_t max_rows, bool with_threads) {
   std::string out = fmt::format(
       "backend {}, {} tracked ({} ML), {} tenant(s), {} decisions, {} phase transitions\n",
       status.value("backend", "?"), status.value("tasks_total", 0ULL),
@@ -109,14 +117,19 @@ std::string format_status_table(const nlohmann::json& status, bool with_timeline
                        t->value("pid", 0U), comm, t->value("phase", "?"), t->value("priority", 0),
                        t->value("weight", 0U), str_or_dash((*t)["tenant"]),
                        str_or_dash((*t)["gpu_id"]), str_or_dash((*t)["preferred_cpu"]));
-    if (with_timeline) {
-      const nlohmann::json& times = (*t)["phase_time_ms"];
-      out += fmt::format(" {:>7.1f} {:>7.1f} {:>7.1f} {:>7.1f}  {}",
-                         phase_ms(times, "DataLoading") / 1e3, phase_ms(times, "GpuCompute") / 1e3,
-                         phase_ms(times, "NcclCollective") / 1e3,
-                         phase_ms(times, "OptimizerStep") / 1e3, timeline_bar(times, color));
-    }
+    if (with_timeline) out += phase_columns((*t)["phase_time_ms"], color);
     out += '\n';
+    const auto threads = t->find("threads");
+    if (!with_threads || threads == t->end() || !threads->is_array()) continue;
+    for (const auto& th : *threads) {
+      // The thread's own phase, under its process's columns; an exited thread says so.
+      const std::string name = th.value("exited", false) ? "(exited)" : "thread";
+      out +=
+          fmt::format("{:>7} {:<16.16} {:<15} {:>4} {:>6} {:<12} {:>3} {:>4}", th.value("tid", 0U),
+                      "  " + name, th.value("phase", "?"), "", "", "", "", "");
+      if (with_timeline) out += phase_columns(th["phase_time_ms"], color);
+      out += '\n';
+    }
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // `zernel-scheduler top`: a live view of the running daemon's tracked processes, refreshed every
-// second from the control socket's "status" op: phase, seconds in each phase, priority, weight,
-// tenant, GPU, CPU and a per-phase timeline bar. q or Ctrl-C quits; --once prints one frame (no
-// escape codes) and exits, for scripts and terminals that are not ttys.
+// second from the control socket's "status" op: phase, seconds in each phase (with phases from
+// events, as the events dated the changes), priority, weight, tenant, GPU, CPU and a bar of the
+// shares of those seconds; --threads adds a row per thread that has phases. q or Ctrl-C quits;
+// --once prints one frame (no escape codes) and exits, for scripts and terminals that are not ttys.
 
 #include <poll.h>
 #include <signal.h>
@@ -54,13 +55,13 @@ std::size_t terminal_rows() {
   return 40;
 }
 
-std::string frame(const nlohmann::json& status, bool tty) {
+std::string frame(const nlohmann::json& status, bool tty, bool threads) {
   char when[32] = "";
   const std::time_t now = std::time(nullptr);
   tm local{};
   if (::localtime_r(&now, &local) != nullptr) std::strftime(when, sizeof(when), "%H:%M:%S", &local);
   std::string out = fmt::format("zernel-scheduler top - {}{}\n", when, tty ? "  (q to quit)" : "");
-  out += format_status_table(status, true, tty, tty ? terminal_rows() : SIZE_MAX);
+  out += format_status_table(status, true, tty, tty ? terminal_rows() : SIZE_MAX, threads);
   return out;
 }
 
@@ -69,6 +70,9 @@ std::string frame(const nlohmann::json& status, bool tty) {
 void add_top_command(CLI::App& app, TopCmd& t) {
   t.cmd = app.add_subcommand("top", "Live view of the running daemon's tracked processes (root only)");
   t.cmd->add_flag("--once", t.once, "Print one frame without escape codes and exit");
+  t.cmd->add_flag("--threads", t.threads,
+                  "Under each process, a row for each of its threads that has phases (phases "
+                  "from events), with its own seconds in each phase");
   t.cmd->add_option("--interval", t.interval_s, "Seconds between refreshes")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str();
@@ -83,7 +87,7 @@ int run_top_command(const TopCmd& t) {
   if (t.once || !tty) {
     // One frame (also when stdout is not a terminal: no escape codes, no loop).
     if (int rc = call_daemon(t.client, R"({"op":"status"})", reply); rc != kExitOk) return rc;
-    fmt::print("{}", frame(reply["status"], false));
+    fmt::print("{}", frame(reply["status"], false, t.threads));
     return kExitOk;
   }
   struct sigaction sa {};
@@ -96,7 +100,7 @@ int run_top_command(const TopCmd& t) {
   int rc = kExitOk;
   while (g_quit == 0) {
     if (rc = call_daemon(t.client, R"({"op":"status"})", reply); rc != kExitOk) break;
-    std::string f = "\x1b[H\x1b[2J" + frame(reply["status"], true);
+    std::string f = "\x1b[H\x1b[2J" + frame(reply["status"], true, t.threads);
     std::fwrite(f.data(), 1, f.size(), stdout);
     std::fflush(stdout);
     pollfd p{STDIN_FILENO, POLLIN, 0};

@@ -122,7 +122,7 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   last_decision_ns_ = monotonic_now_ns() - t0;
   decision_latency_.observe(last_decision_ns_);
   if (n % cadence.poll_every == 0) enforce::apply_power(power_.get(), engine_);
-  if (n % cadence.publish_every == 0) publish(now);
+  if (n % cadence.publish_every == 0) publish(known_until_ns());
   const std::uint64_t spent = monotonic_now_ns() - t0;
   stats_.ticks = ticker.ticks();
   stats_.skipped_ticks = ticker.skipped();
@@ -163,11 +163,18 @@ void Daemon::drop(std::uint32_t pid) {
     }
   }
 #endif
+  if (const policy::TaskState* s = engine_.task(pid)) {
+    const std::uint64_t now = monotonic_now_ns();
+    for (policy::Phase p : policy::kAllPhases) {
+      dropped_phase_ns_[policy::index_of(p)] += s->time_in_phase(p, now);
+    }
+  }
   engine_.unregister_task(pid);
   backend_.forget(pid);
   tick_builder_.forget(pid);
   tracked_.erase(pid);
   event_phase_.erase(pid);
+  thread_phases_.forget(pid);
 }
 
 void Daemon::shutdown() {

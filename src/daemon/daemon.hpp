@@ -27,6 +27,7 @@
 //   trace_recording.cpp      `zernel-scheduler trace`: a recording kept only while its client
 //                            waits, answered from the loop when it ends
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -59,6 +60,7 @@
 #include "policy/engine.hpp"
 #include "telemetry/http_server.hpp"
 #include "telemetry/phase_log.hpp"
+#include "telemetry/thread_phases.hpp"
 #include "telemetry/trace.hpp"
 
 namespace zernel::daemon {
@@ -161,6 +163,7 @@ class Daemon final : private ControlHost {
   void stop_loop();
   // The engine's state with what the daemon knows of each task (comm, backend's tenant note).
   telemetry::Snapshot snapshot(std::uint64_t now_ns);
+  [[nodiscard]] std::uint64_t known_until_ns() const;
   // ControlHost: what runtime control asks of the daemon.
   std::optional<LiveProcess> live_process(std::uint32_t pid) override;
   void drop_if_replaced(std::uint32_t pid, std::uint64_t starttime_ticks) override;
@@ -219,6 +222,7 @@ class Daemon final : private ControlHost {
   // the changes since the last tick into event_phase_ and writes them to the phase log.
   void set_event_role(std::uint32_t pid, Tracked& t);
   void drain_phase_events();
+  void commit_event_phase(std::uint32_t pid, policy::Phase phase, std::uint64_t at_ns);
   // The probes' per-thread phase map for the sched_ext scheduler; -1 without phases from events.
   [[nodiscard]] int phase_map_fd() const;
   // `zernel-scheduler trace` (trace_recording.cpp): the control request starts a recording
@@ -232,6 +236,10 @@ class Daemon final : private ControlHost {
   ControlServer::Ticket trace_client_ = 0;
   bool phase_events_on_ = false;
   std::unordered_map<std::uint32_t, policy::Phase> event_phase_;  // main thread's, by pid
+  telemetry::ThreadPhaseTimes thread_phases_;  // every thread's, from the same events
+  std::uint64_t drained_at_ns_ = 0;            // when the phase events were last drained
+  // What the tasks dropped so far had accounted in each phase (the per-phase seconds counter).
+  std::array<std::uint64_t, policy::kPhaseCount> dropped_phase_ns_{};
 #ifdef ZERNEL_HAVE_PROBES
   std::vector<collect::PhaseEvent> phase_events_;  // scratch
 #endif

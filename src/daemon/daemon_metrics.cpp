@@ -179,10 +179,21 @@ telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
   for (telemetry::TaskView& v : s.tasks) {
     if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
     v.tenant_share = backend_.backend().tenant_share_note(v.pid);
+    v.threads = thread_phases_.threads(v.pid, now_ns);
+  }
+  for (std::size_t i = 0; i < s.phase_time_total_ns.size(); ++i) {
+    s.phase_time_total_ns[i] += dropped_phase_ns_[i];
   }
   return s;
 }
 
-telemetry::Snapshot Daemon::status_snapshot() { return snapshot(monotonic_now_ns()); }
+telemetry::Snapshot Daemon::status_snapshot() { return snapshot(known_until_ns()); }
+
+// Snapshots describe the tasks up to the last drain of the phase events (the phase in progress
+// counts until then): a later time would extend phases that events already drained since have
+// ended. Not the tick's deadline either: events drained in the tick may be dated after it.
+std::uint64_t Daemon::known_until_ns() const {
+  return phase_events_on_ && drained_at_ns_ != 0 ? drained_at_ns_ : monotonic_now_ns();
+}
 
 }  // namespace zernel::daemon

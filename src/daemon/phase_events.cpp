@@ -130,10 +130,24 @@ void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]]
   // samples it; the events take over from its next one).
   if (role == collect::PhaseRole::rank &&
       collect::read_main_thread_wait(opts_.proc_root, pid) == collect::MainThreadWait::input) {
-    event_phase_[pid] = policy::Phase::data_loading;
-    phase_log_.write(monotonic_now_ns(), pid, policy::Phase::data_loading);
+    const std::uint64_t now = monotonic_now_ns();
+    thread_phases_.record(pid, pid, policy::Phase::data_loading, now);
+    commit_event_phase(pid, policy::Phase::data_loading, now);
   }
 #endif
+}
+
+// The process's phase is its main thread's: committed in the engine at the event's time (its
+// phase times and transitions follow the events, not the ticks) and logged when it changed.
+void Daemon::commit_event_phase(std::uint32_t pid, policy::Phase phase, std::uint64_t at_ns) {
+  event_phase_[pid] = phase;
+  const policy::TaskState* s = engine_.task(pid);
+  if (s == nullptr || s->current_phase == phase) {
+    engine_.record_event_phase(pid, phase, at_ns);  // sets the event phase only
+    return;
+  }
+  engine_.record_event_phase(pid, phase, at_ns);
+  phase_log_.write(at_ns, pid, phase);
 }
 
 int Daemon::phase_map_fd() const {
@@ -148,6 +162,7 @@ void Daemon::drain_phase_events() {
   if (!phase_events_on_ || !probes_) return;
   phase_events_.clear();
   probes_->drain_phase_events(phase_events_);
+  drained_at_ns_ = monotonic_now_ns();  // after the drain: the events sent before are in
   for (const collect::PhaseEvent& e : phase_events_) {
     if (e.phase >= policy::kPhaseCount) continue;
     const auto phase = static_cast<policy::Phase>(e.phase);
@@ -155,11 +170,8 @@ void Daemon::drain_phase_events() {
     if (it == tracked_.end() || !it->second.event_role) continue;  // dropped meanwhile
     if (opts_.phase_log_threads) phase_log_.write_thread(e.t_ns, e.tgid, e.tid, phase);
     if (trace_) trace_phase(e.t_ns, e.tgid, e.tid, phase, cause_name(e.cause));
-    if (e.tid != e.tgid) continue;
-    auto [pit, added] = event_phase_.try_emplace(e.tgid, policy::Phase::unknown);
-    if (!added && pit->second == phase) continue;
-    pit->second = phase;
-    phase_log_.write(e.t_ns, e.tgid, phase);
+    thread_phases_.record(e.tgid, e.tid, phase, e.t_ns);
+    if (e.tid == e.tgid) commit_event_phase(e.tgid, phase, e.t_ns);
   }
 #endif
 }

@@ -59,6 +59,16 @@ bool Engine::update_task(std::uint32_t pid, const TaskUpdate& u) {
   return true;
 }
 
+bool Engine::record_event_phase(std::uint32_t pid, Phase phase, std::uint64_t at_ns) {
+  TaskState* s = table_.find(pid);
+  if (s == nullptr) return false;
+  s->event_phase = phase;
+  if (phase == s->current_phase) return true;
+  s->transition_phase(phase, std::max(at_ns, s->phase_start_ns));
+  ++event_transitions_;
+  return true;
+}
+
 void Engine::set_cpu_loads(std::span<const float> loads) { placer_.set_loads(loads); }
 
 Decision Engine::schedule(std::uint32_t pid, std::uint64_t now_ns) {

@@ -46,6 +46,13 @@ class Engine {
   bool unregister_task(std::uint32_t pid);
   // Applies the set fields; false when pid is not tracked.
   bool update_task(std::uint32_t pid, const TaskUpdate& update);
+  // A phase change the BPF event rules made at `at_ns` (the event's CLOCK_MONOTONIC time): it
+  // becomes the task's event_phase and is committed at that time, so the phase times and the
+  // transition count follow the events, not the ticks (a 60 ms GPU step between two 100 ms ticks
+  // is accounted); the next decision then commits nothing more. A change to the phase already in
+  // progress is no transition. Changes of one task come in time order; one dated before the
+  // phase in progress began counts from that start. False when pid is not tracked.
+  bool record_event_phase(std::uint32_t pid, Phase phase, std::uint64_t at_ns);
   // Per-CPU load, indexed by CPU id, 0..1. Replaces the previous loads and starts a new tick of
   // CPU placement.
   void set_cpu_loads(std::span<const float> loads);
@@ -76,8 +83,9 @@ class Engine {
   [[nodiscard]] std::span<const TaskState> tasks() const { return table_.tasks(); }
   [[nodiscard]] std::size_t task_count() const { return table_.size(); }
   [[nodiscard]] std::uint64_t decisions_made() const { return decisions_; }
+  // Committed phase changes: the detector's, and those recorded from events.
   [[nodiscard]] std::uint64_t phase_transition_count() const {
-    return detector_.transition_count();
+    return detector_.transition_count() + event_transitions_;
   }
   [[nodiscard]] const EngineOptions& options() const { return opts_; }
   [[nodiscard]] const Topology& topology() const { return topo_; }
@@ -93,6 +101,7 @@ class Engine {
   std::vector<std::uint32_t> tenant_tasks_;  // tracked tasks per tenant slot
   CpuPlacer placer_;
   std::uint64_t decisions_ = 0;
+  std::uint64_t event_transitions_ = 0;
 };
 
 }  // namespace zernel::policy

@@ -204,6 +204,15 @@ std::string render_prometheus(const Snapshot& s) {
                    policy::phase_label(p), pct[policy::index_of(p)]);
   }
 
+  header(out, "zernel_scheduler_phase_seconds_total", "counter",
+         "Time tracked tasks spent in each phase, summed over tasks (also those no longer "
+         "tracked); with phases from events, as the events dated the changes.");
+  for (policy::Phase p : policy::kAllPhases) {
+    fmt::format_to(it, "zernel_scheduler_phase_seconds_total{{phase=\"{}\"}} {:.6f}\n",
+                   policy::phase_label(p),
+                   static_cast<double>(s.phase_time_total_ns[policy::index_of(p)]) / 1e9);
+  }
+
   render_tenants(out, s);
 
   header(out, "zernel_scheduler_backend_info", "gauge", "The enforcement backend in use.");

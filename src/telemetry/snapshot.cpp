@@ -31,6 +31,7 @@ Snapshot take_snapshot(const policy::Engine& engine, std::uint64_t now_ns, bool 
     for (policy::Phase p : kAllPhases) v.phase_time_ns[index_of(p)] = t.time_in_phase(p, now_ns);
     s.tasks.push_back(std::move(v));
   }
+  s.phase_time_total_ns = s.phase_time_ns;
   std::uint64_t weight_sum = 0;
   for (std::uint16_t slot : reg.slots()) {
     const auto& spec = reg.spec(slot);

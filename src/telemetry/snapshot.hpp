@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "policy/engine.hpp"
+#include "telemetry/thread_phases.hpp"
 
 namespace zernel::telemetry {
 
@@ -23,6 +24,9 @@ struct TaskView {
   std::int32_t gpu_id = policy::kNoGpu;
   std::int32_t preferred_cpu = policy::kNoCpu;
   std::array<std::uint64_t, policy::kPhaseCount> phase_time_ns{};
+  // Its threads' own phase times, for processes whose phases come from events (filled by the
+  // daemon, telemetry/thread_phases.hpp); empty otherwise.
+  std::vector<ThreadView> threads;
   // How the backend carries the tenant's weight for this process, filled by the daemon (userspace:
   // "cpu.weight 458 on its cgroup /job1" or "nice shift -2 on its threads: <why>"); empty: nothing
   // to say (no tenant, or a backend without the notion).
@@ -109,6 +113,9 @@ struct Snapshot {
   std::uint64_t phase_transitions_total = 0;
   std::array<std::uint64_t, policy::kPhaseCount> phase_tasks{};    // tasks now in each phase
   std::array<std::uint64_t, policy::kPhaseCount> phase_time_ns{};  // summed over tasks, to now
+  // The same including the time of tasks no longer tracked (a counter): take_snapshot sets it to
+  // phase_time_ns, the daemon adds what the tasks it dropped had accounted.
+  std::array<std::uint64_t, policy::kPhaseCount> phase_time_total_ns{};
   std::vector<TenantView> tenants;
   std::vector<TaskView> tasks;  // only when asked for
   // Filled by the daemon (empty or zero in take_snapshot): the last tick's decision latency,

@@ -268,6 +268,41 @@ TEST(Engine, a_task_registered_at_time_zero_gets_no_credit_for_its_first_phase) 
   EXPECT_EQ(e.task(1)->phase_start_ns, 3'000U);
 }
 
+// A 2-step job whose GPU steps (60 ms) fall between two 100 ms ticks: the changes recorded from
+// events are accounted at their times, each counted once, and the tick commits nothing more.
+TEST(Engine, event_phases_are_accounted_at_their_times_not_at_the_ticks) {
+  Engine e(EngineOptions{}, two_nodes());
+  ASSERT_TRUE(e.register_task(1, true, 0U, 5 * kMs).ok());
+  ASSERT_TRUE(e.record_event_phase(1, Phase::data_loading, 10 * kMs));
+  ASSERT_TRUE(e.record_event_phase(1, Phase::gpu_compute, 20 * kMs));
+  ASSERT_TRUE(e.record_event_phase(1, Phase::optimizer_step, 80 * kMs));
+  ASSERT_TRUE(e.record_event_phase(1, Phase::optimizer_step, 85 * kMs));  // no change
+  const Decision d = e.schedule(1, 100 * kMs);
+  EXPECT_EQ(d.phase, Phase::optimizer_step);
+  EXPECT_FALSE(d.phase_changed);  // committed at 80 ms already
+  ASSERT_TRUE(e.record_event_phase(1, Phase::gpu_compute, 120 * kMs));
+  ASSERT_TRUE(e.record_event_phase(1, Phase::optimizer_step, 180 * kMs));
+  e.schedule(1, 200 * kMs);
+  const TaskState* s = e.task(1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->time_in_phase(Phase::unknown, 200 * kMs), 5 * kMs);
+  EXPECT_EQ(s->time_in_phase(Phase::data_loading, 200 * kMs), 10 * kMs);
+  EXPECT_EQ(s->time_in_phase(Phase::gpu_compute, 200 * kMs), 120 * kMs);
+  EXPECT_EQ(s->time_in_phase(Phase::optimizer_step, 200 * kMs), 60 * kMs);
+  EXPECT_EQ(e.phase_transition_count(), 5U);
+}
+
+TEST(Engine, an_event_dated_before_the_phase_in_progress_counts_from_its_start) {
+  Engine e(EngineOptions{}, two_nodes());
+  ASSERT_TRUE(e.register_task(1, true, 0U, 50 * kMs).ok());
+  ASSERT_TRUE(e.record_event_phase(1, Phase::gpu_compute, 40 * kMs));  // before registration
+  EXPECT_EQ(e.task(1)->phase_start_ns, 50 * kMs);
+  EXPECT_EQ(e.task(1)->time_in_phase(Phase::unknown, 60 * kMs), 0U);
+  EXPECT_EQ(e.task(1)->time_in_phase(Phase::gpu_compute, 60 * kMs), 10 * kMs);
+  EXPECT_FALSE(e.record_event_phase(2, Phase::gpu_compute, 60 * kMs));  // not tracked
+  EXPECT_EQ(e.phase_transition_count(), 1U);
+}
+
 // ---- task lifecycle --------------------------------------------------------------------------
 
 TEST(Engine, update_of_an_untracked_pid_is_refused) {

@@ -91,5 +91,37 @@ TEST(StatusJson, lists_tasks_with_nulls_for_absent_values) {
   EXPECT_EQ(j["tenants"][0]["class"], "training");
 }
 
+TEST(Prometheus, phase_seconds_total_counts_the_time_of_tasks_no_longer_tracked_too) {
+  Fixture f;
+  Snapshot s = take_snapshot(f.engine, 3'000, false);
+  EXPECT_EQ(s.phase_time_total_ns, s.phase_time_ns);
+  s.phase_time_total_ns[policy::index_of(policy::Phase::gpu_compute)] += 2'000'000'000;
+  const std::string text = render_prometheus(s);
+  EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_phase_seconds_total counter\n"));
+  EXPECT_TRUE(
+      contains(text, "zernel_scheduler_phase_seconds_total{phase=\"gpu_compute\"} 2.000001\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_phase_seconds_total{phase=\"unknown\"} 0.000003\n"));
+}
+
+TEST(StatusJson, carries_the_snapshot_time_and_the_threads_of_processes_with_events) {
+  Fixture f;
+  Snapshot s = take_snapshot(f.engine, 3'000, true);
+  ThreadView th;
+  th.tid = 101;
+  th.phase = policy::Phase::data_loading;
+  th.exited = true;
+  th.phase_time_ns[policy::index_of(policy::Phase::data_loading)] = 2'000'000;
+  s.tasks[0].threads = {th};
+  const auto j = status_json(s);
+  EXPECT_EQ(j["taken_at_ns"], 3'000);
+  ASSERT_EQ(j["tasks"][0]["threads"].size(), 1U);
+  const auto& t = j["tasks"][0]["threads"][0];
+  EXPECT_EQ(t["tid"], 101);
+  EXPECT_EQ(t["phase"], "DataLoading");
+  EXPECT_EQ(t["exited"], true);
+  EXPECT_DOUBLE_EQ(t["phase_time_ms"]["DataLoading"].get<double>(), 2.0);
+  EXPECT_FALSE(j["tasks"][1].contains("threads"));
+}
+
 }  // namespace
 }  // namespace zernel::telemetry
