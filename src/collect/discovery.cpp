@@ -153,80 +153,34 @@ std::optional<std::uint32_t> match_tenant(std::span<const config::TenantConfig> 
 
 ProcessDiscovery::ProcessDiscovery(std::string proc_root) : proc_root_(std::move(proc_root)) {}
 
-const ProcessDiscovery::Candidate* ProcessDiscovery::find(std::uint32_t pid) const {
-  auto it = std::lower_bound(candidates_.begin(), candidates_.end(), pid,
-                             [](const Candidate& c, std::uint32_t p) { return c.pid < p; });
-  if (it == candidates_.end() || it->pid != pid) return nullptr;
-  return &*it;
-}
+namespace {
 
-bool ProcessDiscovery::inherited_nvidia_fds(const Candidate& child, const Candidate& parent) const {
-  if (child.nv_count == 0 || parent.nv_count == 0) return false;
-  const auto parent_begin = nv_fds_.begin() + parent.nv_begin;
-  const auto parent_end = parent_begin + parent.nv_count;
-  for (std::uint32_t i = 0; i < child.nv_count; ++i) {
-    const NvFd& f = nv_fds_[child.nv_begin + i];
-    const bool in_parent = std::any_of(parent_begin, parent_end, [&](const NvFd& p) {
+// After an exec, or a fork that found nothing: fd/ is looked at again this long after it (a
+// program opens its GPU in its first seconds: CUDA's initialisation), then only at scans.
+constexpr std::uint64_t kRecheckDelaysNs[] = {1'000'000'000, 5'000'000'000};
+
+}  // namespace
+
+bool ProcessDiscovery::inherited_nvidia_fds(const Entry& child, const Entry& parent) const {
+  if (child.nv_fds.empty() || parent.nv_fds.empty()) return false;
+  return std::all_of(child.nv_fds.begin(), child.nv_fds.end(), [&](const NvFd& f) {
+    return std::any_of(parent.nv_fds.begin(), parent.nv_fds.end(), [&](const NvFd& p) {
       return p.fd == f.fd && p.target_hash == f.target_hash;
     });
-    if (!in_parent) return false;
-  }
-  return true;
+  });
 }
 
-void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const DiscoveryInput& input,
-                                    DiscoveryResult& result) {
-  char name[16] = {};
-  std::to_chars(name, name + sizeof(name) - 1, pid);
-  int err = 0;
-  const sys::UniqueFd dir = sys::open_dir_at(proc_fd, name, err);
-  if (!dir.valid()) {
-    if (err != ENOENT && err != ESRCH) ++result.unreadable;
-    return;
-  }
-  err = sys::read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
-  if (err != 0) {
-    if (err != ENOENT && err != ESRCH) ++result.unreadable;
-    return;
-  }
-  auto st = sys::parse_stat(buf_);
-  if (!st || st->pid != pid) {
-    ++result.unreadable;
-    return;
-  }
-  if (st->is_kernel_thread() || st->is_dead()) return;
-
-  Candidate c;
-  c.pid = pid;
-  c.ppid = st->ppid;
-  c.starttime = st->starttime_ticks;
-  c.comm = std::move(st->comm);
-  c.nv_begin = static_cast<std::uint32_t>(nv_fds_.size());
-
-  Cached& cached = cache_[pid];
-  cached.seen = scan_count_;
-  const bool fresh = cached.scan != 0 && cached.starttime == c.starttime &&
-                     scan_count_ - cached.scan < kRescanEvery;
-  if (fresh) {
-    nv_fds_.insert(nv_fds_.end(), cached.nv_fds.begin(), cached.nv_fds.end());
-    c.nv_count = static_cast<std::uint32_t>(cached.nv_fds.size());
-    c.fd_gpu = cached.fd_gpu;
-    c.tenant = cached.tenant;
-    if (cached.fd_denied) ++result.fd_denied;
-    candidates_.push_back(std::move(c));
-    return;
-  }
-  cached = Cached{};
-  cached.starttime = c.starttime;
-  cached.scan = scan_count_;
-  cached.seen = scan_count_;
-
+void ProcessDiscovery::read_attrs(int pid_dirfd, Entry& e, const DiscoveryInput& input,
+                                  DiscoveryResult& result) {
+  e.nv_fds.clear();
+  e.fd_gpu.reset();
+  e.fd_denied = false;
+  e.attrs_scan = scan_count_ == 0 ? 1 : scan_count_;
   {
-    sys::DirReader fds(dir.get(), "fd");
-    if (fds.error() == ENOENT || fds.error() == ESRCH) return;  // exited
-    if (fds.error() != 0) {
+    sys::DirReader fds(pid_dirfd, "fd");
+    if (fds.error() != 0 && fds.error() != ENOENT && fds.error() != ESRCH) {
       ++result.fd_denied;
-      cached.fd_denied = true;
+      e.fd_denied = true;
     }
     bool several_gpus = false;
     while (const char* fd_name = fds.next()) {
@@ -236,41 +190,72 @@ void ProcessDiscovery::scan_process(int proc_fd, std::uint32_t pid, const Discov
       std::uint32_t fd_number = 0;
       const std::string_view n(fd_name);
       std::from_chars(n.data(), n.data() + n.size(), fd_number);
-      nv_fds_.push_back({fd_number, fnv1a(link_)});
+      e.nv_fds.push_back({fd_number, fnv1a(link_)});
       if (dev->gpu) {
-        if (!c.fd_gpu) {
-          c.fd_gpu = dev->gpu;
-        } else if (*c.fd_gpu != *dev->gpu) {
+        if (!e.fd_gpu) {
+          e.fd_gpu = dev->gpu;
+        } else if (*e.fd_gpu != *dev->gpu) {
           several_gpus = true;
         }
       }
     }
-    if (several_gpus) c.fd_gpu.reset();
+    if (several_gpus) e.fd_gpu.reset();
   }
-  c.nv_count = static_cast<std::uint32_t>(nv_fds_.size()) - c.nv_begin;
-
+  e.tenant.reset();
   if (!input.tenants.empty()) {
-    LazyAttrs attrs(dir.get(), c.comm, buf_, cmdline_, cgroup_);
-    c.tenant = first_match(input.tenants, attrs);
+    LazyAttrs attrs(pid_dirfd, e.comm, buf_, cmdline_, cgroup_);
+    e.tenant = first_match(input.tenants, attrs);
   }
-  cached.nv_fds.assign(nv_fds_.begin() + c.nv_begin, nv_fds_.end());
-  cached.fd_gpu = c.fd_gpu;
-  cached.tenant = c.tenant;
-  candidates_.push_back(std::move(c));
+}
+
+bool ProcessDiscovery::read_entry(int proc_fd, std::uint32_t pid, Entry& e, bool attrs,
+                                  const DiscoveryInput& input, DiscoveryResult& result) {
+  char name[16] = {};
+  std::to_chars(name, name + sizeof(name) - 1, pid);
+  int err = 0;
+  const sys::UniqueFd dir = sys::open_dir_at(proc_fd, name, err);
+  if (!dir.valid()) {
+    if (err != ENOENT && err != ESRCH) ++result.unreadable;
+    return false;
+  }
+  err = sys::read_file_at(dir.get(), "stat", buf_, kMaxStatBytes);
+  if (err != 0) {
+    if (err != ENOENT && err != ESRCH) ++result.unreadable;
+    return false;
+  }
+  auto st = sys::parse_stat(buf_);
+  if (!st || st->pid != pid) {
+    ++result.unreadable;
+    return false;
+  }
+  if (st->is_kernel_thread() || st->is_dead()) return false;
+  // Another process under this pid (its start time differs) is read whole.
+  if (e.starttime != 0 && e.starttime != st->starttime_ticks) attrs = true;
+  e.ppid = st->ppid;
+  e.starttime = st->starttime_ticks;
+  if (e.comm != st->comm) {
+    e.comm = std::move(st->comm);
+    attrs = attrs || !input.tenants.empty();  // the rules may name it
+  }
+  e.stale = false;
+  if (attrs || e.attrs_scan == 0) read_attrs(dir.get(), e, input, result);
+  return true;
+}
+
+void ProcessDiscovery::rules_changed(const DiscoveryInput& input) {
+  // The match rules may have changed (a reload): matches are only valid for the same rules.
+  if (std::equal(input.tenants.begin(), input.tenants.end(), last_rules_.begin(),
+                 last_rules_.end())) {
+    return;
+  }
+  for (auto& [pid, e] : table_) e.attrs_scan = 0;
+  last_rules_.assign(input.tenants.begin(), input.tenants.end());
 }
 
 Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
   DiscoveryResult result;
   ++scan_count_;
-  // The match rules may have changed (a reload): cached matches are only valid for the same rules.
-  if (!std::equal(input.tenants.begin(), input.tenants.end(), last_rules_.begin(),
-                  last_rules_.end())) {
-    cache_.clear();
-    last_rules_.assign(input.tenants.begin(), input.tenants.end());
-  }
-  candidates_.clear();
-  nv_fds_.clear();
-
+  rules_changed(input);
   int err = 0;
   const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, proc_root_.c_str(), err);
   if (!proc.valid()) return errno_error("opening " + proc_root_, err);
@@ -281,34 +266,138 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
       const auto pid = sys::parse_pid_name(name);
       if (!pid) continue;
       ++result.scanned;
-      scan_process(proc.get(), *pid, input, result);
+      auto [it, added] = table_.try_emplace(*pid);
+      Entry& e = it->second;
+      // fd/ and the rules are reused for rescan_every_ scans of the same process.
+      const bool fresh =
+          !added && !e.stale && e.attrs_scan != 0 && scan_count_ - e.attrs_scan < rescan_every_;
+      if (!read_entry(proc.get(), *pid, e, !fresh, input, result)) {
+        table_.erase(it);
+        continue;
+      }
+      e.seen = scan_count_;
+      e.recheck_ns = 0;
     }
   }
+  std::erase_if(table_, [this](const auto& kv) { return kv.second.seen != scan_count_; });
+  dirty_ = false;
+  resolve(input, proc.get(), result);
+  return result;
+}
 
-  // Pass 2, in memory: parents, GPU contexts, nearest gpu_owner ancestors.
-  std::sort(candidates_.begin(), candidates_.end(),
-            [](const Candidate& a, const Candidate& b) { return a.pid < b.pid; });
-  const std::size_t n = candidates_.size();
+void ProcessDiscovery::apply(std::span<const ProcEvent> events, std::uint64_t now_ns) {
+  for (const ProcEvent& ev : events) {
+    switch (ev.kind) {
+      case ProcEventKind::fork: {
+        // The child holds what its parent held at the fork: its name, command line, cgroup, uid
+        // and descriptors. Its start time is read if it comes to be tracked. A parent not known
+        // (a kernel thread's child, or one missed) makes a child read in full.
+        Entry child;
+        if (auto p = table_.find(ev.ppid); p != table_.end()) {
+          child.comm = p->second.comm;
+          child.nv_fds = p->second.nv_fds;
+          child.fd_gpu = p->second.fd_gpu;
+          child.tenant = p->second.tenant;
+          child.fd_denied = p->second.fd_denied;
+          child.attrs_scan = p->second.attrs_scan;
+        } else {
+          child.stale = true;
+        }
+        child.ppid = ev.ppid;
+        child.seen = scan_count_;
+        child.recheck_ns = now_ns + kRecheckDelaysNs[0];
+        table_[ev.pid] = std::move(child);
+        break;
+      }
+      case ProcEventKind::exec:
+      case ProcEventKind::comm:
+      case ProcEventKind::uid: {
+        Entry& e = table_[ev.pid];  // created (and read in full) when the fork was missed
+        e.stale = true;
+        e.seen = scan_count_;
+        if (ev.kind == ProcEventKind::exec) {
+          e.rechecks = 0;
+          e.recheck_ns = now_ns + kRecheckDelaysNs[0];
+        }
+        break;
+      }
+      case ProcEventKind::exit:
+        table_.erase(ev.pid);
+        break;
+      case ProcEventKind::thread_exit:
+        continue;  // not a process
+    }
+    dirty_ = true;
+  }
+}
+
+bool ProcessDiscovery::pending(std::uint64_t now_ns) const {
+  if (dirty_) return true;
+  return std::any_of(table_.begin(), table_.end(), [now_ns](const auto& kv) {
+    return kv.second.recheck_ns != 0 && kv.second.recheck_ns <= now_ns;
+  });
+}
+
+Result<DiscoveryResult> ProcessDiscovery::update(const DiscoveryInput& input,
+                                                 std::uint64_t now_ns) {
+  DiscoveryResult result;
+  rules_changed(input);
+  int err = 0;
+  const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, proc_root_.c_str(), err);
+  if (!proc.valid()) return errno_error("opening " + proc_root_, err);
+  for (auto it = table_.begin(); it != table_.end();) {
+    Entry& e = it->second;
+    const bool due = e.recheck_ns != 0 && e.recheck_ns <= now_ns;
+    if (!e.stale && !due && e.attrs_scan != 0) {
+      ++it;
+      continue;
+    }
+    if (!read_entry(proc.get(), it->first, e, true, input, result)) {
+      it = table_.erase(it);
+      continue;
+    }
+    if (due) {
+      ++e.rechecks;
+      e.recheck_ns = e.rechecks < std::size(kRecheckDelaysNs)
+                         ? now_ns + kRecheckDelaysNs[e.rechecks] - kRecheckDelaysNs[e.rechecks - 1]
+                         : 0;
+    }
+    ++it;
+  }
+  dirty_ = false;
+  resolve(input, proc.get(), result);
+  return result;
+}
+
+void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, DiscoveryResult& result) {
+  // In memory: parents, GPU contexts, nearest gpu_owner ancestors.
+  sorted_.clear();
+  for (auto& [pid, e] : table_) sorted_.emplace_back(pid, &e);
+  std::sort(sorted_.begin(), sorted_.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  const auto index_of = [this](std::uint32_t pid) -> std::int32_t {
+    auto it = std::lower_bound(sorted_.begin(), sorted_.end(), pid,
+                               [](const auto& c, std::uint32_t p) { return c.first < p; });
+    if (it == sorted_.end() || it->first != pid) return -1;
+    return static_cast<std::int32_t>(it - sorted_.begin());
+  };
+  const std::size_t n = sorted_.size();
   parent_.assign(n, -1);
   own_.assign(n, 0);
   owner_above_.assign(n, -1);
   visit_.assign(n, 0);  // 0 new, 1 on the current walk, 2 done
   for (std::size_t i = 0; i < n; ++i) {
-    const Candidate& c = candidates_[i];
-    if (c.ppid != c.pid) {
-      if (const Candidate* p = find(c.ppid)) {
-        parent_[i] = static_cast<std::int32_t>(p - candidates_.data());
-      }
-    }
+    const auto [pid, e] = sorted_[i];
+    if (e->ppid != pid) parent_[i] = index_of(e->ppid);
   }
   for (std::size_t i = 0; i < n; ++i) {
-    const Candidate& c = candidates_[i];
-    if (input.nvml_processes != nullptr && input.nvml_processes->contains(c.pid)) {
+    const auto [pid, e] = sorted_[i];
+    if (input.nvml_processes != nullptr && input.nvml_processes->contains(pid)) {
       own_[i] = 1;
-    } else if (c.nv_count > 0) {
+    } else if (!e->nv_fds.empty()) {
       const bool inherited =
           parent_[i] >= 0 &&
-          inherited_nvidia_fds(c, candidates_[static_cast<std::size_t>(parent_[i])]);
+          inherited_nvidia_fds(*e, *sorted_[static_cast<std::size_t>(parent_[i])].second);
       own_[i] = inherited ? 0 : 1;
     }
   }
@@ -352,32 +441,34 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
     if (own_[i] == 0 && owner_above_[i] >= 0) order_.push_back(static_cast<std::uint32_t>(i));
   }
   for (std::size_t i = 0; i < n; ++i) {
-    if (own_[i] == 0 && owner_above_[i] < 0 && candidates_[i].tenant) {
+    if (own_[i] == 0 && owner_above_[i] < 0 && sorted_[i].second->tenant) {
       order_.push_back(static_cast<std::uint32_t>(i));
     }
   }
   const std::size_t keep = std::min<std::size_t>(order_.size(), input.max_tracked_tasks);
   result.dropped = static_cast<std::uint32_t>(order_.size() - keep);
   order_.resize(keep);
-  std::sort(order_.begin(), order_.end());  // candidate order is pid order
+  std::sort(order_.begin(), order_.end());  // index order is pid order
 
   // An owner's GPU: NVML's index, else the single /dev/nvidiaN it has open.
   const auto owner_gpu = [&](std::size_t idx) -> std::optional<std::uint32_t> {
     if (input.nvml_processes != nullptr) {
-      const auto it = input.nvml_processes->find(candidates_[idx].pid);
+      const auto it = input.nvml_processes->find(sorted_[idx].first);
       if (it != input.nvml_processes->end()) return it->second;
     }
-    return candidates_[idx].fd_gpu;
+    return sorted_[idx].second->fd_gpu;
   };
   result.processes.reserve(keep);
   for (std::uint32_t idx : order_) {
-    const Candidate& c = candidates_[idx];
+    const auto [pid, e] = sorted_[idx];
+    // A child known from its fork only: its start time (its identity) from its stat.
+    if (e->starttime == 0 && !read_entry(proc_fd, pid, *e, false, input, result)) continue;
     DiscoveredProcess p;
-    p.pid = c.pid;
-    p.ppid = c.ppid;
-    p.comm = c.comm;
-    p.starttime_ticks = c.starttime;
-    p.tenant = c.tenant;
+    p.pid = pid;
+    p.ppid = e->ppid;
+    p.comm = e->comm;
+    p.starttime_ticks = e->starttime;
+    p.tenant = e->tenant;
     if (own_[idx] != 0) {
       p.role = ProcessRole::gpu_owner;
       p.gpu = owner_gpu(idx);
@@ -389,8 +480,9 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
     }
     result.processes.push_back(std::move(p));
   }
+  // (A child found gone above stays in the record until its exit event or the next scan.)
 
-  // Changes against the previous scan; both lists are in pid order.
+  // Changes against the previous result; both lists are in pid order.
   std::size_t j = 0;
   for (DiscoveredProcess& p : result.processes) {
     while (j < previous_.size() && previous_[j].first < p.pid) {
@@ -409,8 +501,6 @@ Result<DiscoveryResult> ProcessDiscovery::scan(const DiscoveryInput& input) {
   for (const DiscoveredProcess& p : result.processes) {
     previous_.emplace_back(p.pid, p.starttime_ticks);
   }
-  std::erase_if(cache_, [this](const auto& e) { return e.second.seen != scan_count_; });
-  return result;
 }
 
 }  // namespace zernel::collect

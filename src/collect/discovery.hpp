@@ -27,13 +27,16 @@
 // entries are prefixes of the v2 path by whole components; uid is the real uid. A tenant with
 // every list empty matches nothing (explicit assignment only).
 //
-// The scan is one pass over PROC: for every pid it reads stat, walks fd/ (every process must be
-// checked for /dev/nvidia*) and reads status, cgroup or cmdline only when some tenant's rules
-// need them; then it resolves roles from the parent links in memory. Skipped: kernel threads
-// (PF_KTHREAD in stat's flags, before their fd/ is looked at), zombies (state Z with no live
-// thread, and X), and anything under /proc/PID/task (threads are never processes; the top level of
-// /proc lists thread-group leaders only). A process that exits during the scan is left out without
-// an error.
+// Discovery keeps a record of the node's user processes (parent, start time, comm, NVIDIA
+// descriptors, tenant match) and resolves roles from its parent links in memory. A scan is one
+// pass over PROC that refreshes the record: for every pid it reads stat, walks fd/ (every process
+// must be checked for /dev/nvidia*) and reads status, cgroup or cmdline only when some tenant's
+// rules need them. With the kernel's process events (apply/update below) the record follows
+// forks, execs, renames and exits instead, and only the processes they name are read. Skipped:
+// kernel threads (PF_KTHREAD in stat's flags, before their fd/ is looked at), zombies (state Z with
+// no live thread, and X), and anything under /proc/PID/task (threads are never processes; the top
+// level of /proc lists thread-group leaders only). A process that exits during the scan is left out
+// without an error.
 //
 // Identity: (pid, starttime). The scan remembers what it returned last time and marks each
 // process added, unchanged or replaced (same pid, another starttime: the pid was reused, the
@@ -44,14 +47,17 @@
 // dataloader_workers, then matched processes, lowest pids first within a role; `dropped` says how
 // many were left out (the daemon warns once).
 //
-// Races accepted: a process started after /proc was listed is seen by the next scan. A worker
+// Races accepted: a process started after /proc was listed is seen by the next scan (with
+// events: by its fork). A worker
 // whose gpu_owner ancestor exits is reparented and is then no longer a worker (correct: nothing
 // is waiting for its data any more). A pid reused between two scans is caught by starttime. A
 // process whose main thread exited while others run (a zombie leader) shows an empty fd/, so only
 // NVML can name it a gpu_owner.
 //
-// Cost: about 25 us per process on the development VM (105 processes: 2.4 ms), nearly all of it
-// the kernel's; the steady state allocates only the result (the scratch vectors are kept).
+// Cost: a scan costs about 25 us per process on the development VM (105 processes: 2.4 ms), nearly
+// all of it the kernel's. Following events costs nothing per process that does nothing: a fork
+// copies the parent's record (its child inherited all of it), an exit erases one, and only an
+// exec or a rename is read (stat, fd/, the rules) at the next update.
 
 #include <cstdint>
 #include <optional>
@@ -62,6 +68,7 @@
 #include <utility>
 #include <vector>
 
+#include "collect/proc_events.hpp"
 #include "common/result.hpp"
 #include "config/config.hpp"
 #include "sys/procfs.hpp"
@@ -116,43 +123,77 @@ class ProcessDiscovery {
  public:
   explicit ProcessDiscovery(std::string proc_root = "/proc");
 
-  // One scan. Fails only when the proc root itself cannot be listed.
+  // One scan of all of /proc. Fails only when the proc root itself cannot be listed.
   Result<DiscoveryResult> scan(const DiscoveryInput& input);
 
-  // Forgets the previous scan: every process of the next one is `added`.
+  // Following processes by their events instead (collect/proc_events.hpp), after a scan: apply()
+  // records what the events say (a fork adds the child with its parent's attributes, which it
+  // inherited; an exec, a new comm or uid marks the process to be read again; an exit removes
+  // it), and update() makes a result from that record, reading only the processes marked, those
+  // whose fd/ is due to be looked at again (1 s and 5 s after an exec or a fork found nothing),
+  // and the stat of a child that is now tracked (its start time). `pending(now)` says whether
+  // update() has anything to do; the result of an update() with nothing pending and the same
+  // input is the previous one, all unchanged. The caller scans again now and then (a safety net
+  // for events lost or things without events: a process moved to another cgroup, a command line
+  // rewritten, a device opened later by a process NVML does not list).
+  void apply(std::span<const ProcEvent> events, std::uint64_t now_ns);
+  Result<DiscoveryResult> update(const DiscoveryInput& input, std::uint64_t now_ns);
+  [[nodiscard]] bool pending(std::uint64_t now_ns) const;
+
+  // How many scans reuse what fd/ and the match rules gave for a process (while its pid and start
+  // time stay the same): 10 by default (5 s at the 500 ms poll of a daemon without process
+  // events); 1 reads them at every scan (a daemon that scans every 30 s as a safety net).
+  void set_rescan_every(std::uint32_t scans) { rescan_every_ = scans == 0 ? 1 : scans; }
+
+  // Forgets everything: every process of the next scan is `added`.
   void reset() {
     previous_.clear();
-    cache_.clear();
+    table_.clear();
   }
 
+  // Processes the record holds (after a scan: every user process of the node).
+  [[nodiscard]] std::size_t known() const { return table_.size(); }
+
  private:
-  struct Candidate {
-    std::uint32_t pid = 0;
-    std::uint32_t ppid = 0;
-    std::uint64_t starttime = 0;
-    std::string comm;
-    std::uint32_t nv_begin = 0;  // range in nv_fds_
-    std::uint32_t nv_count = 0;
-    std::optional<std::uint32_t> fd_gpu;  // the single /dev/nvidiaN open, if exactly one N
-    std::optional<std::uint32_t> tenant;
-  };
   struct NvFd {
     std::uint32_t fd = 0;
     std::uint32_t target_hash = 0;
   };
-  class MatchContext;
-
-  void scan_process(int proc_fd, std::uint32_t pid, const DiscoveryInput& input,
-                    DiscoveryResult& result);
-  [[nodiscard]] bool inherited_nvidia_fds(const Candidate& child, const Candidate& parent) const;
-  [[nodiscard]] const Candidate* find(std::uint32_t pid) const;
+  // One process as discovery knows it.
+  struct Entry {
+    std::uint32_t ppid = 0;
+    std::uint64_t starttime = 0;  // 0: not read yet (a child known from its fork)
+    std::string comm;
+    std::vector<NvFd> nv_fds;
+    std::optional<std::uint32_t> fd_gpu;  // the single /dev/nvidiaN open, if exactly one N
+    std::optional<std::uint32_t> tenant;
+    bool fd_denied = false;
+    bool stale = false;            // exec'd, renamed or changed uid since it was read
+    std::uint64_t attrs_scan = 0;  // scan_count_ when fd/ and the rules were read (0: never)
+    std::uint64_t seen = 0;        // scan_count_ of the last scan that listed it
+    std::uint64_t recheck_ns = 0;  // events: when its fd/ is due again (0: at scans only)
+    std::uint8_t rechecks = 0;     // fd/ looks after an exec or a fork, of kRecheckDelaysNs
+  };
+  // Reads the process's stat (and, when `attrs` or it changed, fd/ and the rules) into `e`.
+  // False when it is gone, a kernel thread or dead (the caller removes it).
+  bool read_entry(int proc_fd, std::uint32_t pid, Entry& e, bool attrs, const DiscoveryInput& input,
+                  DiscoveryResult& result);
+  void read_attrs(int pid_dirfd, Entry& e, const DiscoveryInput& input, DiscoveryResult& result);
+  // Roles, the cap and the changes against the previous result, from the record.
+  void resolve(const DiscoveryInput& input, int proc_fd, DiscoveryResult& result);
+  [[nodiscard]] bool inherited_nvidia_fds(const Entry& child, const Entry& parent) const;
+  void rules_changed(const DiscoveryInput& input);
 
   std::string proc_root_;
+  std::uint32_t rescan_every_ = 10;
+  std::unordered_map<std::uint32_t, Entry> table_;
+  std::uint64_t scan_count_ = 0;
+  std::vector<config::TenantConfig> last_rules_;  // the rules the matches were made with
+  bool dirty_ = false;                            // events applied since the last result
   std::vector<std::pair<std::uint32_t, std::uint64_t>> previous_;  // (pid, starttime), by pid
   // Scratch kept between scans so a steady-state scan does not allocate.
-  std::vector<Candidate> candidates_;
-  std::vector<NvFd> nv_fds_;
-  std::vector<std::int32_t> parent_;       // index of the parent candidate, -1 when not tracked
+  std::vector<std::pair<std::uint32_t, Entry*>> sorted_;  // the record by pid
+  std::vector<std::int32_t> parent_;                      // index of the parent, -1 when not known
   std::vector<std::int32_t> owner_above_;  // index of the nearest gpu_owner ancestor, -1 if none
   std::vector<std::uint8_t> own_;          // has a GPU context of its own
   std::vector<std::uint8_t> visit_;        // ancestry walk state
@@ -162,24 +203,6 @@ class ProcessDiscovery {
   std::string link_;
   std::string cmdline_;
   std::string cgroup_;
-
-  // What the expensive part of a scan (the fd/ walk and the match rules) found for a process, by
-  // pid, reused for kRescanEvery scans while (pid, starttime) stays the same. A GPU process that
-  // opens its device later is still found at once when NVML lists it; through fd/ alone, within
-  // kRescanEvery scans (5 s at the default 500 ms poll).
-  static constexpr std::uint32_t kRescanEvery = 10;
-  struct Cached {
-    std::uint64_t starttime = 0;
-    std::uint64_t scan = 0;  // scan_count_ when fd/ and the rules were last read
-    std::uint64_t seen = 0;  // scan_count_ when the process was last listed
-    std::vector<NvFd> nv_fds;
-    std::optional<std::uint32_t> fd_gpu;
-    std::optional<std::uint32_t> tenant;
-    bool fd_denied = false;
-  };
-  std::unordered_map<std::uint32_t, Cached> cache_;
-  std::uint64_t scan_count_ = 0;
-  std::vector<config::TenantConfig> last_rules_;  // the rules the cached matches were made with
 };
 
 // The first tenant whose rules match, given the process's attributes (for tests and for

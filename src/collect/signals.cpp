@@ -8,6 +8,7 @@
 #include <charconv>
 #include <limits>
 
+#include "collect/wait_state.hpp"
 #include "sys/procfs.hpp"
 
 namespace zernel::collect {
@@ -96,6 +97,11 @@ std::vector<ProcessSignals> SignalSampler::sample(std::span<const std::uint32_t>
 
 void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns,
                            std::vector<ProcessSignals>& out) {
+  sample(pids, {}, now_ns, out);
+}
+
+void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
+                           std::uint64_t now_ns, std::vector<ProcessSignals>& out) {
   out.clear();
   out.resize(pids.size());
   ++generation_;
@@ -103,11 +109,13 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
   const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
   for (std::size_t i = 0; i < pids.size(); ++i) {
     out[i].pid = pids[i];
-    if (proc.valid()) sample_one(proc.get(), pids[i], now_ns, out[i]);
+    const SampleMode mode = i < modes.size() ? modes[i] : SampleMode::full;
+    if (proc.valid()) sample_one(proc.get(), pids[i], mode, now_ns, out[i]);
   }
   std::erase_if(state_, [&](const auto& kv) {
     if (kv.second.generation == generation_) return false;
     if (kv.second.stat_fd.valid()) --open_files_;
+    if (kv.second.schedstat_fd.valid()) --open_files_;
     return true;
   });
 }
@@ -129,18 +137,63 @@ int SignalSampler::read_stat(int proc_fd, const char* name, PidState* known, sys
   return pread_proc_file(fresh.get(), buf_, kMaxStatBytes);
 }
 
-void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now_ns,
-                               ProcessSignals& out) {
+bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns,
+                              ProcessSignals& out, std::uint64_t& run_ns,
+                              std::uint64_t& timeslices) {
+  run_ns = timeslices = 0;
+  if (!s.schedstat_fd.valid()) return false;
+  if (pread_proc_file(s.schedstat_fd.get(), buf_, 256) != 0) {
+    s.schedstat_fd.reset();  // exited (ESRCH): the full read finds out
+    --open_files_;
+    return false;
+  }
+  const auto st = parse_schedstat(buf_);
+  if (!st || st->run_ns == 0) return false;  // unparsable, or schedstats off (all zeros)
+  run_ns = st->run_ns;
+  timeslices = st->timeslices;
+  if (s.num_threads != 1 || s.samples == 0 || st->run_ns != s.run_ns ||
+      st->timeslices != s.timeslices) {
+    return false;
+  }
+  // Not on a CPU since the last sample, and alone in its process: nothing it could change has.
+  const bool elapsed = now_ns > s.last_ns;
+  out.state = s.state;
+  out.starttime = s.starttime;
+  if (elapsed) out.cpu_time_ns = 0;
+  if (options_.measure_io_wait && mode != SampleMode::stat_only && elapsed && s.threads_valid) {
+    out.io_wait_fraction = 0.0F;
+  }
+  s.generation = generation_;
+  s.last_ns = now_ns;
+  if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
+  ++unchanged_samples_;
+  return true;
+}
+
+void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
+                               std::uint64_t now_ns, ProcessSignals& out) {
   const auto drop = [&] {
     out.gone = true;
     if (auto it = state_.find(pid); it != state_.end()) {
       if (it->second.stat_fd.valid()) --open_files_;
+      if (it->second.schedstat_fd.valid()) --open_files_;
       state_.erase(it);
     }
   };
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
   auto prior = state_.find(pid);
+  if (mode == SampleMode::skip) {
+    out.skipped = true;
+    if (prior != state_.end()) prior->second.generation = generation_;
+    return;
+  }
+  std::uint64_t sched_run_ns = 0;
+  std::uint64_t sched_timeslices = 0;
+  if (options_.skip_unchanged && prior != state_.end() &&
+      unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
+    return;
+  }
   sys::UniqueFd dir;    // <proc>/<pid>, opened only when needed
   sys::UniqueFd fresh;  // a newly opened stat, kept below when there is room
   int err = read_stat(proc_fd, name, prior != state_.end() ? &prior->second : nullptr, dir, fresh);
@@ -185,10 +238,32 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
     return dir.valid() ? 0 : e;
   };
 
+  s.state = st->state;
+  s.num_threads = st->num_threads;
+  s.run_ns = sched_run_ns;
+  s.timeslices = sched_timeslices;
+  if (options_.skip_unchanged && options_.keep_files_open && st->num_threads == 1 &&
+      !s.schedstat_fd.valid() && s.stat_fd.valid() && open_files_ < options_.max_open_files) {
+    // Opened through the process's directory like stat, so it is tied to the same process; its
+    // first values are the baseline (a run between the two reads shows as a change next time).
+    if (open_dir() == 0) {
+      s.schedstat_fd = sys::UniqueFd(::openat(dir.get(), "schedstat", O_RDONLY | O_CLOEXEC));
+      if (s.schedstat_fd.valid()) {
+        ++open_files_;
+        if (pread_proc_file(s.schedstat_fd.get(), buf_, 256) == 0) {
+          if (auto sched = parse_schedstat(buf_)) {
+            s.run_ns = sched->run_ns;
+            s.timeslices = sched->timeslices;
+          }
+        }
+      }
+    }
+  }
+
   const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
   if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
 
-  if (options_.measure_io_wait) {
+  if (options_.measure_io_wait && mode != SampleMode::stat_only) {
     if (st->num_threads == 1 && st->delayacct_blkio_ticks) {
       // A single-threaded process: its stat line is its only thread's, so the per-thread walk
       // (a directory listing and one more file per thread) is not needed.
@@ -227,7 +302,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, std::uint64_t now
     }
   }
 
-  if (s.samples % options_.nccl_check_every == 0 && open_dir() == 0) {
+  if (mode == SampleMode::full && s.samples % options_.nccl_check_every == 0 && open_dir() == 0) {
     out.nccl_active = nccl_active(dir.get());
   }
 

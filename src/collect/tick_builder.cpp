@@ -122,14 +122,19 @@ void TickBuilder::build(const TickInputs& in, TickResult& out) {
                   [](const TrackedProcess& a, const TrackedProcess& b) { return a.pid == b.pid; }),
       sorted_.end());
   pids_.clear();
-  for (const TrackedProcess& t : sorted_) pids_.push_back(t.pid);
+  modes_.clear();
+  for (const TrackedProcess& t : sorted_) {
+    pids_.push_back(t.pid);
+    modes_.push_back(t.sample);
+  }
   std::erase_if(baselines_, [&](const auto& kv) {
     return !std::binary_search(pids_.begin(), pids_.end(), kv.first);
   });
-  signals_.sample(pids_, in.now_ns, samples_);
+  signals_.sample(pids_, modes_, in.now_ns, samples_);
   for (std::size_t i = 0; i < samples_.size(); ++i) {
     const ProcessSignals& s = samples_[i];
     const TrackedProcess& t = sorted_[i];
+    if (s.skipped) continue;
     if (is_another_process(s, t.start)) {
       if (!s.gone) spdlog::debug("pid {} was reused by a new process: dropped", s.pid);
       out.gone.push_back(s.pid);
@@ -160,7 +165,8 @@ policy::TaskUpdate TickBuilder::task_update(const TrackedProcess& t, const Proce
   }
   const GpuUtil util = gpu_utilization_of(t, in.gpu);
   u.gpu_utilization = static_cast<std::uint8_t>(std::min<std::uint32_t>(util.pct, 100));
-  set_cpu_fraction(t, s, in, u);
+  const bool stat_only = t.sample == SampleMode::stat_only;
+  if (!stat_only || t.role != ProcessRole::dataloader_worker) set_cpu_fraction(t, s, in, u);
   std::uint64_t main_futex_wait_ns = 0;
   if (in.probes != nullptr && t.probed) {
     if (std::optional<ProbeSample> p = in.probes->read(s.pid, in.now_ns)) {
@@ -173,7 +179,7 @@ policy::TaskUpdate TickBuilder::task_update(const TrackedProcess& t, const Proce
   // In futex, or running between the short waits of a wait loop (the probes' stamp of its last
   // futex wait): a collective's wait; this beats the probes' per-process futex count, which
   // every helper thread's lock adds to.
-  if (t.role == ProcessRole::gpu_owner) {
+  if (t.role == ProcessRole::gpu_owner && !stat_only) {
     const MainThreadWait w = read_main_thread_wait(options_.signals.proc_root, s.pid);
     if (t.has_workers && w == MainThreadWait::input) u.io_wait_fraction = 1.0F;
     if (w != MainThreadWait::unknown) {

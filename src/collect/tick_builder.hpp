@@ -20,6 +20,9 @@
 //   6. GPU owners: the main thread's wait now (collect/wait_state.hpp): input wait (with
 //      DataLoader workers) as io_wait_fraction 1.0; a futex wait (or the probes' recent one) as
 //      futex_wait_count 1, replacing the probes' per-process count
+// A process sampled stat_only gets steps 1 (CPU time and state only), 2, 3, 5 and the CPU
+// fraction of a process that is not a worker; one sampled `skip` gets nothing and is not checked
+// for being gone (the daemon learns that from its exit).
 //
 // A stat that cannot be parsed (truncated, garbled) leaves step 1's fields unset and the
 // process in place (`stat_read` false); the other steps still run. A schedstat that cannot be
@@ -51,6 +54,10 @@ struct TrackedProcess {
   bool has_workers = false;  // a GPU owner with DataLoader workers
   bool probed = false;       // the GPU sync probes are attached to a libcuda it maps
   bool event_role = false;   // its phases come from the BPF event rules
+  // How much to read this tick (collect/signals.hpp): full; no_nccl; stat_only (CPU time, state
+  // and the probes, for a process whose phase comes from events); skip (no update this tick;
+  // its state is kept, so its next sample measures from its last one).
+  SampleMode sample = SampleMode::full;
 };
 
 // The GPU sync probes as the builder reads them: the daemon's GpuSyncProbes, or a test's fake.
@@ -119,6 +126,9 @@ class TickBuilder {
   // afresh (no schedstat baseline).
   void forget(std::uint32_t pid);
 
+  // Samples the signal sampler answered from schedstat alone (collect/signals.hpp).
+  [[nodiscard]] std::uint64_t unchanged_samples() const { return signals_.unchanged_samples(); }
+
  private:
   struct Baseline {
     std::uint64_t busy_ns = 0;  // workers: run + run-queue wait at at_ns
@@ -136,6 +146,7 @@ class TickBuilder {
   std::unordered_map<std::uint32_t, Baseline> baselines_;
   std::vector<TrackedProcess> sorted_;   // scratch
   std::vector<std::uint32_t> pids_;      // scratch
+  std::vector<SampleMode> modes_;        // scratch
   std::vector<ProcessSignals> samples_;  // scratch
 };
 

@@ -79,6 +79,7 @@ Result<void> Daemon::start() {
   if (auto r = backend_.start(opts_.backend); !r) return r.error().context("--backend");
   spdlog::info("enforcement backend: {}", backend_.name());
   open_nvml();
+  open_process_events();
   node_name_ = metrics_node_name();
   if (!opts_.phase_log_path.empty()) {
     if (auto r = phase_log_.open(opts_.phase_log_path); !r) return r.error();
@@ -113,8 +114,8 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   const std::uint64_t t0 = monotonic_now_ns();
   nvml_procs_fresh_ = false;
   if (n % cadence.poll_every == 0) apply_pod_resources();
-  if (n % cadence.poll_every == 0 || new_process_appeared()) poll_processes(now);
-  sample_signals(now);
+  follow_processes(now, n % cadence.poll_every == 0);
+  sample_signals(now, n % cadence.publish_every == 0);
   backend_.maybe_restart(now);
   if (control_) control_->expire(monotonic_now_ns());
   decide(now);

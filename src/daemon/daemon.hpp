@@ -136,7 +136,11 @@ class Daemon final : private ControlHost {
   Result<void> open_control_socket();
   Result<void> open_machine_settings();
   void enable_delay_accounting(const std::shared_ptr<enforce::SettingsJournal>& journal);
-  void poll_processes(std::uint64_t now_ns);
+  void open_process_events();
+  // Every tick: the process events (when open), then discovery when something asks for it.
+  void follow_processes(std::uint64_t now_ns, bool poll_tick);
+  // Discovery: a scan of /proc (full), or an update from the process events.
+  void poll_processes(std::uint64_t now_ns, bool full = true);
   void start_pod_resources();
   void apply_pod_resources();
   // Between scans: a process NVML lists, or a child of a GPU owner's main thread, that is not
@@ -146,7 +150,7 @@ class Daemon final : private ControlHost {
   void track_discovered(const collect::DiscoveredProcess& p, std::uint64_t now_ns);
   void mark_worker_owners(const collect::DiscoveryResult& scan);
   void refresh_gpu_utilization();
-  void sample_signals(std::uint64_t now_ns);
+  void sample_signals(std::uint64_t now_ns, bool publish_tick);
   void decide(std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   // /metrics' series beyond the engine's (daemon_metrics.cpp): build, backend and probe counters,
@@ -192,6 +196,14 @@ class Daemon final : private ControlHost {
   }
   std::optional<sys::DelayAcctGuard> delayacct_;
   collect::ProcessDiscovery discovery_;
+  // The kernel's process events (null without them: discovery lists /proc every poll tick),
+  // their scratch, what discovery last ran with, and when it lists all of /proc next.
+  static constexpr std::uint64_t kRescanNs = 30'000'000'000;
+  std::unique_ptr<collect::ProcEvents> proc_events_;
+  std::vector<collect::ProcEvent> proc_event_buf_;
+  collect::GpuProcessMap discovered_nvml_;
+  std::vector<config::TenantConfig> discovered_tenants_;
+  std::uint64_t next_rescan_ns_ = 0;
   collect::TickBuilder tick_builder_;
   collect::CpuLoadSampler cpu_load_;
   telemetry::PhaseLog phase_log_;
@@ -218,6 +230,8 @@ class Daemon final : private ControlHost {
   std::unique_ptr<collect::GpuSyncProbes> probes_;
 #endif
   void attach_probes(std::uint32_t pid, Tracked& t);
+  [[nodiscard]] collect::SampleMode sample_mode(std::uint32_t pid, const Tracked& t,
+                                                bool publish_tick) const;
   // Phases from events (phase_events.cpp): names a new process's role to the BPF rules; folds
   // the changes since the last tick into event_phase_ and writes them to the phase log.
   void set_event_role(std::uint32_t pid, Tracked& t);

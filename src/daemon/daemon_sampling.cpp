@@ -1,8 +1,18 @@
 // The daemon's collectors, once per tick (daemon.hpp, steps 1 and 2): process discovery and
-// NVML's process list (NVML opened here at start-up), GPU utilisation, the phases from events
-// and CPU loads. The per-process
-// merge (signals, schedstat, probes, main thread's wait) is collect::TickBuilder's
-// (collect/tick_builder.hpp); the daemon hands it what it tracks and acts on what it returns.
+// NVML's process list (NVML and the process events opened here at start-up), GPU utilisation,
+// the phases from events and CPU loads. The per-process merge (signals, schedstat, probes, main
+// thread's wait) is collect::TickBuilder's (collect/tick_builder.hpp); the daemon hands it what
+// it tracks and acts on what it returns.
+//
+// Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon
+// reads them every tick: an exit drops a tracked process at once; forks, execs and renames go to
+// discovery, which re-reads only those processes, at the next poll tick, or at once when a
+// tracked GPU owner forked (a DataLoader worker) or NVML lists a new process; all of /proc is
+// listed every kRescanNs only (a safety net), or at once when events were lost. A process whose
+// phases come from events is not read every tick: its stat only on publish ticks, when it has a
+// tenant (its CPU time) or is a probed GPU owner (how it waits for its GPU). Without process
+// events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and
+// every tracked process is read every tick, as before.
 
 #include <spdlog/spdlog.h>
 
@@ -36,6 +46,20 @@ class SyncProbeSource final : public collect::ProbeSource {
 
 }  // namespace
 #endif
+
+void Daemon::open_process_events() {
+  auto pe = collect::ProcEvents::open();
+  if (!pe) {
+    spdlog::warn("{}: discovery lists /proc every {} ms instead", pe.error().message(),
+                 opts_.config.general.gpu_poll_interval_ms);
+    return;
+  }
+  proc_events_ = std::move(*pe);
+  discovery_.set_rescan_every(1);
+  spdlog::info("following processes by the kernel's process events{}; all of /proc every {} s",
+               proc_events_->filtered() ? "" : " (unfiltered: a kernel before 6.6)",
+               kRescanNs / 1'000'000'000);
+}
 
 void Daemon::open_nvml() {
   auto nvml = sys::Nvml::load(opts_.nvml_library);
@@ -71,15 +95,57 @@ bool Daemon::new_process_appeared() {
   return found;
 }
 
-void Daemon::poll_processes(std::uint64_t now_ns) {
-  ++stats_.scans;
+// Every tick: the process events, then discovery when they (or NVML, or the poll tick) ask.
+void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
+  if (!proc_events_) {
+    if (poll_tick || new_process_appeared()) poll_processes(now_ns);
+    return;
+  }
+  proc_event_buf_.clear();
+  const bool complete = proc_events_->drain(proc_event_buf_);
+  bool urgent = !complete;
+  for (const collect::ProcEvent& e : proc_event_buf_) {
+    if (e.kind == collect::ProcEventKind::thread_exit) {
+      thread_phases_.exited(e.pid, e.tid, e.t_ns);
+    } else if (e.kind == collect::ProcEventKind::exit) {
+      if (tracked_.contains(e.pid)) drop(e.pid);
+    } else if (e.kind == collect::ProcEventKind::fork) {
+      // A tracked process's child (a DataLoader worker of a GPU owner) is followed at once.
+      urgent = urgent || tracked_.contains(e.ppid);
+    } else if (tracked_.contains(e.pid)) {
+      urgent = true;  // a tracked process exec'd or renamed itself
+    }
+  }
+  discovery_.apply(proc_event_buf_, now_ns);
+  if (nvml_) {
+    // NVML's list every tick: a process with a new GPU context is followed at once.
+    read_nvml_processes();
+    nvml_procs_fresh_ = true;
+    urgent = urgent || nvml_procs_ != discovered_nvml_;
+  }
+  const bool rules = opts_.config.tenants != discovered_tenants_;
+  if (!complete || now_ns >= next_rescan_ns_) {
+    if (!complete) spdlog::debug("process events were lost: listing /proc");
+    poll_processes(now_ns);
+  } else if (urgent || rules || (poll_tick && discovery_.pending(now_ns))) {
+    poll_processes(now_ns, false);
+  }
+}
+
+void Daemon::poll_processes(std::uint64_t now_ns, bool full) {
+  if (full) {
+    ++stats_.scans;
+    next_rescan_ns_ = now_ns + kRescanNs;
+  }
   reported_new_.clear();
   if (nvml_ && !nvml_procs_fresh_) read_nvml_processes();
   collect::DiscoveryInput in;
   in.nvml_processes = nvml_ ? &nvml_procs_ : nullptr;
   in.tenants = opts_.config.tenants;
   in.max_tracked_tasks = opts_.config.general.max_tracked_tasks;
-  auto scan = discovery_.scan(in);
+  if (nvml_) discovered_nvml_ = nvml_procs_;
+  discovered_tenants_ = opts_.config.tenants;
+  auto scan = full ? discovery_.scan(in) : discovery_.update(in, now_ns);
   if (!scan) {
     count_error("discovery");
     if (!warned_scan_) spdlog::error("process discovery: {}", scan.error().message());
@@ -173,14 +239,32 @@ void Daemon::refresh_gpu_utilization() {
   }
 }
 
-void Daemon::sample_signals(std::uint64_t now_ns) {
+// How much of a tracked process to read this tick (collect/signals.hpp's SampleMode).
+collect::SampleMode Daemon::sample_mode(std::uint32_t pid, const Tracked& t,
+                                        bool publish_tick) const {
+  using collect::SampleMode;
+  if (!t.event_role) {
+    // The periodic rules. NCCL's (rule 2) needs futex waits, which are counted for GPU owners
+    // only: for other processes the NCCL check could never change their phase.
+    return t.role == collect::ProcessRole::gpu_owner ? SampleMode::full : SampleMode::no_nccl;
+  }
+  // Phases from events: no signal of the periodic rules is needed. Without process events the
+  // stat of every tick is how the daemon learns the process exited.
+  if (!proc_events_) return SampleMode::stat_only;
+  const bool wanted =
+      (t.role == collect::ProcessRole::gpu_owner && t.probed) || engine_.tenant_of(pid) != nullptr;
+  return publish_tick && wanted ? SampleMode::stat_only : SampleMode::skip;
+}
+
+void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {
   // Utilisation every tick, not every poll: NVML's per-process figure is "since the last call",
   // and a 500 ms lag would miss the detector's commit window (stability + 1 ticks) of a phase.
   if (nvml_) refresh_gpu_utilization();
   drain_phase_events();
   tick_processes_.clear();
   for (const auto& [pid, t] : tracked_) {
-    tick_processes_.push_back({pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role});
+    tick_processes_.push_back({pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role,
+                               sample_mode(pid, t, publish_tick)});
   }
   collect::TickInputs in;
   in.processes = tick_processes_;

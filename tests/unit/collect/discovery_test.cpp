@@ -513,6 +513,132 @@ TEST(Discovery, a_parent_cycle_in_a_fabricated_tree_terminates) {
   EXPECT_EQ(pids(*r), Pids{12});
 }
 
+// ---- following process events (collect/proc_events.hpp) --------------------------------------
+
+constexpr std::uint64_t kSec = 1'000'000'000;
+
+ProcEvent ev(ProcEventKind kind, std::uint32_t pid, std::uint32_t ppid = 0) {
+  ProcEvent e;
+  e.kind = kind;
+  e.pid = e.tid = pid;
+  e.ppid = ppid;
+  return e;
+}
+
+TEST(DiscoveryEvents, a_fork_of_an_owner_is_a_worker_without_listing_proc) {
+  FakeProc fp;
+  add_background(fp);
+  fp.add(P().pid(100).comm("train").fds({{5, "/dev/nvidia2"}}));
+  ProcessDiscovery d(fp.root());
+  ASSERT_TRUE(d.scan({}).ok());
+  EXPECT_FALSE(d.pending(0));
+  // A worker forked (it holds its parent's descriptors), and a process nobody announced.
+  fp.add(P().pid(101).comm("train").ppid(100).starttime(2000).fds({{5, "/dev/nvidia2"}}));
+  fp.add(P().pid(300).fds({{5, "/dev/nvidia0"}}));
+  const ProcEvent fork = ev(ProcEventKind::fork, 101, 100);
+  d.apply(std::span(&fork, 1), 10 * kSec);
+  EXPECT_TRUE(d.pending(10 * kSec));
+  auto r = d.update({}, 10 * kSec);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(pids(*r), (Pids{100, 101}));  // 300 waits for the next scan
+  EXPECT_EQ(find(*r, 101)->role, ProcessRole::dataloader_worker);
+  EXPECT_EQ(find(*r, 101)->gpu, 2U);
+  EXPECT_EQ(find(*r, 101)->starttime_ticks, 2000U);  // read once it is tracked
+  EXPECT_EQ(find(*r, 101)->change, ProcessChange::added);
+  EXPECT_EQ(find(*r, 100)->change, ProcessChange::unchanged);
+  EXPECT_EQ(r->scanned, 0U);
+  auto s = d.scan({});
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(pids(*s), (Pids{100, 101, 300}));
+}
+
+TEST(DiscoveryEvents, an_exec_is_read_again_and_an_exit_removes) {
+  FakeProc fp;
+  fp.add(P().pid(10).comm("bash"));
+  fp.add(P().pid(20).comm("etl"));
+  const std::vector<config::TenantConfig> tenants = {tenant("t", M().comm({"etl"}))};
+  ProcessDiscovery d(fp.root());
+  auto r1 = d.scan(In().tenants(tenants));
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(pids(*r1), Pids{20});
+  // 10 execs into etl; 20 exits.
+  fp.remove(10);
+  fp.add(P().pid(10).comm("etl"));
+  fp.remove(20);
+  const std::vector<ProcEvent> events = {ev(ProcEventKind::exec, 10), ev(ProcEventKind::exit, 20)};
+  d.apply(events, kSec);
+  auto r2 = d.update(In().tenants(tenants), kSec);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(pids(*r2), Pids{10});
+  EXPECT_EQ(find(*r2, 10)->tenant, 0U);
+  EXPECT_EQ(r2->removed, Pids{20});
+  EXPECT_EQ(d.known(), 1U);
+}
+
+TEST(DiscoveryEvents, a_reused_pid_is_replaced) {
+  FakeProc fp;
+  fp.add(P().pid(100).starttime(500).fds({{5, "/dev/nvidia0"}}));
+  fp.add(P().pid(50).starttime(100));
+  ProcessDiscovery d(fp.root());
+  ASSERT_TRUE(d.scan({}).ok());
+  fp.remove(100);
+  fp.add(P().pid(100).ppid(50).starttime(9000).fds({{7, "/dev/nvidia1"}}));
+  // The child of 50 got the pid, then exec'd and opened its GPU.
+  const std::vector<ProcEvent> events = {
+      ev(ProcEventKind::exit, 100), ev(ProcEventKind::fork, 100, 50), ev(ProcEventKind::exec, 100)};
+  d.apply(events, kSec);
+  auto r = d.update({}, kSec);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(pids(*r), Pids{100});
+  EXPECT_EQ(find(*r, 100)->change, ProcessChange::replaced);
+  EXPECT_EQ(find(*r, 100)->gpu, 1U);
+}
+
+TEST(DiscoveryEvents, a_device_opened_after_the_exec_is_found_at_the_recheck) {
+  FakeProc fp;
+  fp.add(P().pid(10).comm("bash"));
+  ProcessDiscovery d(fp.root());
+  ASSERT_TRUE(d.scan({}).ok());
+  fp.add(P().pid(11).ppid(10).comm("python"));
+  const std::vector<ProcEvent> events = {ev(ProcEventKind::fork, 11, 10),
+                                         ev(ProcEventKind::exec, 11)};
+  d.apply(events, 100 * kSec);
+  auto r1 = d.update({}, 100 * kSec);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_TRUE(r1->processes.empty());
+  EXPECT_FALSE(d.pending(100 * kSec + kSec / 2));
+  // CUDA's initialisation opens the devices.
+  fs::create_symlink("/dev/nvidia3", fp.dir() / "11" / "fd" / "9");
+  EXPECT_TRUE(d.pending(101 * kSec));
+  auto r2 = d.update({}, 101 * kSec);
+  ASSERT_TRUE(r2.ok());
+  ASSERT_EQ(pids(*r2), Pids{11});
+  EXPECT_EQ(find(*r2, 11)->role, ProcessRole::gpu_owner);
+  EXPECT_EQ(find(*r2, 11)->gpu, 3U);
+  // Two looks (1 s and 5 s after the exec), then only scans.
+  EXPECT_FALSE(d.pending(102 * kSec));
+  EXPECT_TRUE(d.pending(105 * kSec));
+  ASSERT_TRUE(d.update({}, 105 * kSec).ok());
+  EXPECT_FALSE(d.pending(1000 * kSec));
+}
+
+TEST(DiscoveryEvents, a_child_of_an_unknown_parent_is_read_whole_and_kernel_threads_are_not_kept) {
+  FakeProc fp;
+  add_background(fp);
+  ProcessDiscovery d(fp.root());
+  ASSERT_TRUE(d.scan({}).ok());
+  const std::size_t known = d.known();
+  fp.add(P().pid(60).ppid(2).comm("kworker/1:2").flags(0x04208060));
+  fp.add(P().pid(70).ppid(999).fds({{5, "/dev/nvidia1"}}));
+  const std::vector<ProcEvent> events = {ev(ProcEventKind::fork, 60, 2),
+                                         ev(ProcEventKind::fork, 70, 999)};
+  d.apply(events, kSec);
+  auto r = d.update({}, kSec);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(pids(*r), Pids{70});
+  EXPECT_EQ(d.known(), known + 1);  // the kernel thread is not kept
+}
+
 TEST(Discovery, scans_the_real_proc_and_finds_this_process_by_a_match_rule) {
   ProcessDiscovery d;
   auto r = d.scan({});

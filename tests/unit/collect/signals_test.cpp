@@ -256,6 +256,37 @@ TEST(Signals, nccl_is_checked_every_nth_sample) {
   EXPECT_EQ(checked, (std::vector<bool>{true, false, false, true, false, false, true}));
 }
 
+TEST(Signals, each_mode_reads_what_it_says_and_skip_keeps_the_baseline) {
+  FakeProc fp;
+  fp.process(100, 10, 0, {{100, 0}, {101, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> pids = {100};
+  std::vector<ProcessSignals> out;
+  const auto one = [&](SampleMode m, std::uint64_t t) {
+    const SampleMode modes[] = {m};
+    s.sample(pids, modes, t * kSecond, out);
+    return out[0];
+  };
+  const ProcessSignals full = one(SampleMode::full, 1);
+  EXPECT_TRUE(full.nccl_active.has_value());
+  fp.process(100, 30, 0, {{100, 50}, {101, 0}});
+  const ProcessSignals skipped = one(SampleMode::skip, 2);
+  EXPECT_TRUE(skipped.skipped);
+  EXPECT_FALSE(skipped.cpu_time_ns.has_value());
+  EXPECT_EQ(s.tracked(), 1U);  // kept
+  const ProcessSignals no_nccl = one(SampleMode::no_nccl, 3);
+  EXPECT_FALSE(no_nccl.nccl_active.has_value());
+  EXPECT_EQ(no_nccl.cpu_time_ns, 200'000'000U);  // since the full sample at 1 s: 20 ticks
+  ASSERT_TRUE(no_nccl.io_wait_fraction.has_value());
+  EXPECT_FLOAT_EQ(*no_nccl.io_wait_fraction, 0.25F);  // 0.5 s blocked over 2 s
+  fp.process(100, 40, 0, {{100, 90}, {101, 0}});
+  const ProcessSignals stat_only = one(SampleMode::stat_only, 4);
+  EXPECT_EQ(stat_only.cpu_time_ns, 100'000'000U);
+  EXPECT_FALSE(stat_only.io_wait_fraction.has_value());
+  EXPECT_FALSE(stat_only.nccl_active.has_value());
+  EXPECT_EQ(stat_only.state, 'S');
+}
+
 TEST(Signals, a_missing_proc_root_reports_nothing) {
   SignalsOptions o;
   o.proc_root = "/nonexistent/zernel-proc";
@@ -324,6 +355,53 @@ TEST(Signals, an_exited_process_is_gone_also_through_its_kept_stat_file) {
   EXPECT_TRUE(r2[0].gone);
   EXPECT_EQ(s.tracked(), 0U);
   EXPECT_FALSE(r0[0].gone);
+}
+
+TEST(Signals, a_single_threaded_process_that_has_not_run_is_answered_from_schedstat) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  for (int i = 0; i < 200; ++i) {  // until it sleeps in pause()
+    s.sample(pids, t += 1000, out);
+    if (out[0].state == 'S') break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(out[0].state, 'S');
+  s.sample(pids, t += 1000, out);  // a full read after the last run: the baseline
+  const std::uint64_t before = s.unchanged_samples();
+  for (int i = 0; i < 3; ++i) {
+    s.sample(pids, t += 1000, out);
+    EXPECT_FALSE(out[0].gone);
+    EXPECT_EQ(out[0].state, 'S');
+    EXPECT_EQ(out[0].cpu_time_ns, 0U);
+  }
+  EXPECT_EQ(s.unchanged_samples(), before + 3);
+  // It runs (a signal it handles by dying): read in full, and gone.
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  s.sample(pids, t += 1000, out);
+  EXPECT_TRUE(out[0].gone);
+  EXPECT_EQ(s.unchanged_samples(), before + 3);
+}
+
+TEST(Signals, a_process_that_runs_is_read_in_full) {
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(::getpid())};
+  std::vector<ProcessSignals> out;
+  for (int i = 0; i < 3; ++i) {
+    s.sample(pids, monotonic_ns(), out);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(15);
+    volatile std::uint64_t sink = 0;
+    while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+  }
+  EXPECT_EQ(s.unchanged_samples(), 0U);
 }
 
 TEST(Signals, more_processes_than_open_files_allowed_are_still_sampled) {

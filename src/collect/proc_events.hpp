@@ -1,0 +1,92 @@
+#pragma once
+// Process events from the kernel's process events connector (cn_proc, a netlink multicast group):
+// a process forked, exec'd, exited, renamed itself or changed its uid. Discovery follows them
+// instead of listing /proc every poll (collect/discovery.hpp), and the daemon drops a process
+// when its exit comes instead of reading its stat every tick.
+//
+// Why the connector and not a BPF program on sched_process_fork/exec/exit: measured, both cost
+// the rest of the node about the same per fork, exec and exit (docs/benchmarks.md, "What
+// process events cost the node"), and the connector is the kernel's interface for exactly this,
+// with no program of ours running in anybody's fork; it needs CAP_NET_ADMIN and the initial pid
+// and user namespaces (the daemon runs there anyway to schedule the node's tasks).
+//
+// The kernel sends one datagram per event to every listener. The daemon reads them once per tick,
+// without waking for each (drain(): recvmmsg, non-blocking); the socket's receive buffer holds the
+// events of a tick (8 MiB, a few thousand events; SO_RCVBUFFORCE as root). When it overflows, the
+// kernel drops events and says so (ENOBUFS): drain() returns false and the caller lists /proc
+// again, which is what it would have done without events.
+//
+// Only what the daemon uses is passed up: a new process (a fork whose child is a thread group
+// leader; a new thread is not a new process), an exec, the exit of a thread group leader (the
+// process) and of any other thread (thread_exit, for the per-thread phase record), a change of a
+// leader's comm or uid. On kernels with event filtering (6.6 and later) the kernel is asked for
+// those kinds only; older kernels send every kind and the others are dropped here.
+//
+// open() checks that events flow: after subscribing it waits for the kernel's acknowledgement (a
+// kernel that refuses says why: EPERM without CAP_NET_ADMIN); a kernel that ignores the request
+// (a daemon outside the initial pid or user namespace) sends nothing, which open() reports as an
+// error after 1 s, and the daemon then lists /proc as before.
+//
+// Datagrams are accepted only from the kernel (netlink port 0) and only with the connector's
+// process-events id; anything else is ignored and counted.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/result.hpp"
+#include "sys/unique_fd.hpp"
+
+namespace zernel::collect {
+
+enum class ProcEventKind : std::uint8_t { fork, exec, exit, thread_exit, comm, uid };
+
+struct ProcEvent {
+  ProcEventKind kind = ProcEventKind::fork;
+  std::uint32_t pid = 0;   // the process (thread group id); fork: the new child
+  std::uint32_t tid = 0;   // thread_exit: the thread; otherwise == pid
+  std::uint32_t ppid = 0;  // fork: the parent process (thread group id); 0 otherwise
+  std::uint64_t t_ns = 0;  // when, CLOCK_MONOTONIC (the kernel's timestamp)
+};
+
+struct ProcEventStats {
+  std::uint64_t datagrams = 0;  // received
+  std::uint64_t events = 0;     // passed up
+  std::uint64_t overflows = 0;  // drains that found events lost (ENOBUFS)
+  std::uint64_t ignored = 0;    // not from the kernel, malformed, or of another id
+};
+
+// Parses one datagram (nlmsghdr, cn_msg, proc_event) and appends what it says to `out` (nothing
+// for kinds the daemon does not use). Returns false when the datagram is malformed. Pure.
+bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent>& out);
+
+class ProcEvents {
+ public:
+  // Subscribes (needs CAP_NET_ADMIN, the initial pid and user namespaces). Errors name the cause.
+  static Result<std::unique_ptr<ProcEvents>> open();
+
+  ~ProcEvents();
+  ProcEvents(const ProcEvents&) = delete;
+  ProcEvents& operator=(const ProcEvents&) = delete;
+
+  // Appends every event received since the last drain, oldest first. False when events were lost
+  // since the last drain (the receive buffer overflowed): the caller must not rely on them.
+  bool drain(std::vector<ProcEvent>& out);
+
+  [[nodiscard]] const ProcEventStats& stats() const { return stats_; }
+  // Whether the kernel filters the event kinds (6.6+) or sends every kind.
+  [[nodiscard]] bool filtered() const { return filtered_; }
+
+ private:
+  explicit ProcEvents(sys::UniqueFd fd) : fd_(std::move(fd)) {}
+  Result<void> subscribe();
+
+  sys::UniqueFd fd_;
+  ProcEventStats stats_;
+  bool filtered_ = false;
+  std::uint32_t seq_ = 0;
+};
+
+}  // namespace zernel::collect

@@ -1,0 +1,118 @@
+// The process events connector: datagrams parsed into what discovery follows, and, as root, the
+// kernel's events of a child this test forks and of a thread it starts.
+#include "collect/proc_events.hpp"
+
+#include <gtest/gtest.h>
+#include <linux/connector.h>
+#include <linux/netlink.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+namespace zernel::collect {
+namespace {
+
+// A datagram as the kernel sends it: netlink header, connector header, proc_event (what, cpu,
+// timestamp, then the union's 32-bit fields).
+std::vector<std::byte> datagram(std::uint32_t what, std::vector<std::int32_t> fields,
+                                std::uint32_t idx = CN_IDX_PROC) {
+  const std::size_t event_bytes = 16 + 24;
+  std::vector<std::byte> d(NLMSG_HDRLEN + sizeof(cn_msg) + event_bytes);
+  nlmsghdr nh{};
+  nh.nlmsg_len = static_cast<std::uint32_t>(d.size());
+  nh.nlmsg_type = NLMSG_DONE;
+  cn_msg cn{};
+  cn.id = {idx, CN_VAL_PROC};
+  cn.len = event_bytes;
+  std::memcpy(d.data(), &nh, sizeof nh);
+  std::memcpy(d.data() + NLMSG_HDRLEN, &cn, sizeof cn);
+  std::byte* ep = d.data() + NLMSG_HDRLEN + sizeof cn;
+  const std::uint64_t t = 12345;
+  std::memcpy(ep, &what, 4);
+  std::memcpy(ep + 8, &t, 8);
+  std::memcpy(ep + 16, fields.data(), fields.size() * 4);
+  return d;
+}
+
+TEST(ProcEvents, datagrams_become_the_events_discovery_follows) {
+  std::vector<ProcEvent> out;
+  EXPECT_TRUE(parse_proc_event(datagram(0x1, {10, 10, 20, 20}), out));  // fork: 10 -> 20
+  EXPECT_TRUE(parse_proc_event(datagram(0x1, {10, 10, 21, 10}), out));  // a new thread: none
+  EXPECT_TRUE(parse_proc_event(datagram(0x2, {20, 20}), out));          // exec
+  EXPECT_TRUE(parse_proc_event(datagram(0x80000000, {21, 10, 0, 17, 1, 1}), out));  // thread
+  EXPECT_TRUE(parse_proc_event(datagram(0x80000000, {20, 20, 0, 17, 1, 1}), out));  // process
+  EXPECT_TRUE(parse_proc_event(datagram(0x200, {20, 20}), out));      // comm of the leader
+  EXPECT_TRUE(parse_proc_event(datagram(0x200, {22, 20}), out));      // another thread's: none
+  EXPECT_TRUE(parse_proc_event(datagram(0x4, {20, 20, 0, 0}), out));  // uid
+  EXPECT_TRUE(parse_proc_event(datagram(0x80, {20, 20}), out));       // sid: not used
+  ASSERT_EQ(out.size(), 6U);
+  EXPECT_EQ(out[0].kind, ProcEventKind::fork);
+  EXPECT_EQ(out[0].pid, 20U);
+  EXPECT_EQ(out[0].ppid, 10U);
+  EXPECT_EQ(out[0].t_ns, 12345U);
+  EXPECT_EQ(out[1].kind, ProcEventKind::exec);
+  EXPECT_EQ(out[2].kind, ProcEventKind::thread_exit);
+  EXPECT_EQ(out[2].pid, 10U);
+  EXPECT_EQ(out[2].tid, 21U);
+  EXPECT_EQ(out[3].kind, ProcEventKind::exit);
+  EXPECT_EQ(out[3].pid, 20U);
+  EXPECT_EQ(out[4].kind, ProcEventKind::comm);
+  EXPECT_EQ(out[5].kind, ProcEventKind::uid);
+}
+
+TEST(ProcEvents, malformed_datagrams_are_refused) {
+  std::vector<ProcEvent> out;
+  std::vector<std::byte> d = datagram(0x1, {10, 10, 20, 20});
+  EXPECT_FALSE(parse_proc_event(std::span(d.data(), 10), out));             // cut short
+  EXPECT_FALSE(parse_proc_event(datagram(0x1, {10, 10, 20, 20}, 7), out));  // another id
+  std::vector<std::byte> lying = d;
+  nlmsghdr nh{};
+  std::memcpy(&nh, lying.data(), sizeof nh);
+  nh.nlmsg_len = static_cast<std::uint32_t>(lying.size() + 100);  // longer than it is
+  std::memcpy(lying.data(), &nh, sizeof nh);
+  EXPECT_FALSE(parse_proc_event(lying, out));
+  EXPECT_FALSE(parse_proc_event(datagram(0x2, {0, 0}), out));  // pid 0
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(ProcEvents, the_kernel_reports_a_fork_a_thread_and_the_exits) {
+  auto pe = ProcEvents::open();
+  if (!pe) GTEST_SKIP() << pe.error().message();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  std::thread([] {}).join();
+  std::vector<ProcEvent> events;
+  bool fork_seen = false;
+  bool exit_seen = false;
+  bool thread_seen = false;
+  const auto self = static_cast<std::uint32_t>(getpid());
+  for (int i = 0; i < 100 && !(fork_seen && exit_seen && thread_seen); ++i) {
+    events.clear();
+    EXPECT_TRUE((*pe)->drain(events));
+    for (const ProcEvent& e : events) {
+      if (e.kind == ProcEventKind::fork && e.pid == static_cast<std::uint32_t>(child)) {
+        fork_seen = e.ppid == self;
+      }
+      if (e.kind == ProcEventKind::exit && e.pid == static_cast<std::uint32_t>(child)) {
+        exit_seen = true;
+      }
+      if (e.kind == ProcEventKind::thread_exit && e.pid == self && e.tid != self) {
+        thread_seen = true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(fork_seen);
+  EXPECT_TRUE(exit_seen);
+  EXPECT_TRUE(thread_seen);
+  EXPECT_GT((*pe)->stats().events, 0U);
+}
+
+}  // namespace
+}  // namespace zernel::collect
