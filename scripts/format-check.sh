@@ -15,7 +15,8 @@
 #
 # Styles: .clang-format (Google-based, 100 columns) for C++ and the C of tools/fake_gpu;
 # bpf/.clang-format (kernel style, tabs) for bpf/ and the C files that speak libbpf's or the
-# kernel's idiom: src/enforce/scx/skel_shim.[ch], tools/scx_driver/*.c, bench/vm/*.c.
+# kernel's idiom: src/enforce/scx/skel_shim.[ch], tools/scx_driver/*.c, bench/vm/*.c,
+# bench/*.bpf.c.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fmt=${CLANG_FORMAT:-clang-format-19}
@@ -46,7 +47,7 @@ git rev-parse -q --verify "$base^{commit}" > /dev/null ||
   { echo "format-check: base $base is not a commit" >&2; exit 1; }
 
 kernel_style=('bpf/**' src/enforce/scx/skel_shim.c src/enforce/scx/skel_shim.h
-  'tools/scx_driver/*.c' 'bench/vm/*.c')
+  'tools/scx_driver/*.c' 'bench/vm/*.c' 'bench/*.bpf.c')
 excludes=()
 for p in "${kernel_style[@]}"; do excludes+=(":(exclude,glob)$p"); done
 exts=c,h,cc,cpp,hpp
