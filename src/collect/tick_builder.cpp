@@ -6,18 +6,12 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/clock.hpp"
 #include "collect/sync_signals.hpp"
 #include "collect/wait_state.hpp"
 
 namespace zernel::collect {
 namespace {
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL) +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 SyncState sync_state(const ProbeSample& p, bool runnable, std::optional<std::uint32_t> nvml_util) {
   SyncState st;

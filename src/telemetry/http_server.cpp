@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.hpp"
 #include "telemetry/prometheus.hpp"
 #include "telemetry/status_json.hpp"
 
@@ -62,13 +63,6 @@ std::string_view close_reason_label(HttpClose r) {
 }
 
 namespace {
-
-std::uint64_t now_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 +
-         static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
-}
 
 bool is_token_char(char c) {
   if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
@@ -316,7 +310,7 @@ void HttpServer::Loop::run() {
   std::array<epoll_event, 64> evs{};
   while (!stopping.load()) {
     const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 100);
-    const std::uint64_t now = now_ms();
+    const std::uint64_t now = monotonic_ms();
     bool accept = false;
     for (int i = 0; i < n; ++i) {
       const int fd = evs[static_cast<std::size_t>(i)].data.fd;
@@ -421,7 +415,7 @@ bool HttpServer::Loop::make_room(const std::string& peer, int newcomer) {
     // it yet): read and serve it instead, and look again.
     int pending = 0;
     if (!best.first && ::ioctl(victim, FIONREAD, &pending) == 0 && pending > 0) {
-      on_event(victim, EPOLLIN, now_ms());
+      on_event(victim, EPOLLIN, monotonic_ms());
       continue;
     }
     close_conn(victim, HttpClose::evicted);
@@ -557,7 +551,7 @@ void HttpServer::Loop::fail(int fd, Conn& c, int code) {
   c.close_after = true;
   c.in.clear();
   start_write(fd, c, std::move(head), text(msg));
-  (void)write_more(fd, c, now_ms());
+  (void)write_more(fd, c, monotonic_ms());
 }
 
 void HttpServer::Loop::start_write(int fd, Conn& c, std::string head,
@@ -566,7 +560,7 @@ void HttpServer::Loop::start_write(int fd, Conn& c, std::string head,
   c.body = std::move(body);
   c.sent = 0;
   c.writing = true;
-  c.write_since_ms = now_ms();
+  c.write_since_ms = monotonic_ms();
   (void)fd;
 }
 
