@@ -65,6 +65,13 @@ Result<LoadedConfig> load_config_file(const std::string& path, bool missing_ok) 
   return loaded;
 }
 
+std::string default_runtime_state_file() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the program calls setenv.
+  const char* env = std::getenv(std::string(kRuntimeStateEnv).c_str());
+  if (env != nullptr && env[0] == '/') return env;
+  return "/var/lib/zernel/runtime-tenants.json";
+}
+
 ConfigPath resolve_config_path(std::optional<std::string> cli_path) {
   if (cli_path) return ConfigPath{std::move(*cli_path), ConfigPathSource::cli};
   // NOLINTNEXTLINE(concurrency-mt-unsafe): read once at start-up, before any thread exists.

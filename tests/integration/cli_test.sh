@@ -3,7 +3,6 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${ZERNEL_BIN:-build/bin}/zernel-scheduler
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # expect CODE PATTERN -- CMD...: exit status CODE and combined output matching PATTERN (grep -E).

@@ -26,7 +26,6 @@ set -uo pipefail
 min_accuracy=0.8
 steps=30
 
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-pytorch-test-$$"
 daemon_pid=""
 job_pid=""
