@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/clock.hpp"
 #include "collect/sync_signals.hpp"
 #include "collect/wait_state.hpp"
+#include "common/clock.hpp"
 
 namespace zernel::collect {
 namespace {

@@ -32,6 +32,7 @@ enum class HttpParse : std::uint8_t {
 
 // Parses the head at the start of `in`; `consumed` is its length when the head was read whole
 // (complete, bad_method, has_body). `path` points into `in`.
-HttpParse parse_head(std::string_view in, const HttpLimits& lim, HttpRequestHead& req, std::size_t& consumed);
+HttpParse parse_head(std::string_view in, const HttpLimits& lim, HttpRequestHead& req,
+                     std::size_t& consumed);
 
 }  // namespace zernel::telemetry

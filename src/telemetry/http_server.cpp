@@ -280,8 +280,9 @@ bool HttpServer::Loop::make_room(const std::string& peer, int newcomer) {
       if (fd == newcomer || c.writing) continue;
       if (!table_full && c.peer != peer) continue;  // the peer's own share is what is full
       // A lingering connection has had its answer: it goes first (time 0).
-      const std::pair<bool, std::uint64_t> key{
-          c.got_bytes, c.lingering ? 0 : c.got_bytes ? c.request_since_ms : c.waiting_since_ms};
+      const std::pair<bool, std::uint64_t> key{c.got_bytes, c.lingering   ? 0
+                                                            : c.got_bytes ? c.request_since_ms
+                                                                          : c.waiting_since_ms};
       if (victim < 0 || key < best) {
         best = key;
         victim = fd;
@@ -425,8 +426,8 @@ void HttpServer::Loop::respond(int fd, Conn& c, const HttpRequestHead& req) {
   }
   c.close_after = !req.keep_alive;
   std::string head = status_line(code);
-  head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type,
-                      body->size() + tail.size());
+  head +=
+      fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type, body->size() + tail.size());
   head += c.close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
   if (req.head_only) {
     body.reset();

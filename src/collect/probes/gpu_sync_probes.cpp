@@ -20,8 +20,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/clock.hpp"
 #include "collect/probes/cuda_library.hpp"
+#include "common/clock.hpp"
 #include "probes.h"
 #include "probes.skel.h"
 #include "sys/bpf/libbpf_log.hpp"

@@ -33,9 +33,9 @@
 #include <utility>
 #include <vector>
 
-#include "common/clock.hpp"
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "common/clock.hpp"
 #include "support/emulated_gpu.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
