@@ -131,6 +131,7 @@ class HttpServer::Loop {
     bool got_bytes = false;              // since waiting_since_ms
     bool peer_done = false;              // the client shut its side: nothing more will come
     bool lingering = false;              // answered for the last time; draining until EOF
+    std::size_t drained = 0;             // bytes read and dropped while lingering
     std::uint64_t waiting_since_ms = 0;  // accept, or the end of the last response
     std::uint64_t request_since_ms = 0;  // the head's deadline counts from here
     std::uint64_t write_since_ms = 0;
@@ -152,11 +153,14 @@ class HttpServer::Loop {
   bool write_more(int fd, Conn& c, std::uint64_t now);
   void close_conn(int fd, std::optional<HttpClose> why);
   // After the last response: shut the writing side (the client sees the response, then EOF)
-  // and read and drop what the client still sends until it closes or kLingerMs pass. A close()
-  // with unread input sends a reset, which can destroy the response in flight and fails a
-  // client still sending (the reply to an oversized head, a body, a pipelined request).
+  // and read and drop what the client still sends until it closes, kLingerMs pass or
+  // kLingerBytes were dropped. A close() with unread input sends a reset, which can destroy the
+  // response in flight and fails a client still sending (the reply to an oversized head, a
+  // body, a pipelined request). The byte cap keeps a client that streams without end (2 million
+  // headers) from having us read it for the whole 2 s.
   void linger(int fd, Conn& c);
   static constexpr std::uint64_t kLingerMs = 2000;
+  static constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
   void sweep(std::uint64_t now);
   void count(HttpClose why) { closed[static_cast<std::size_t>(why)].fetch_add(1); }
   std::shared_ptr<const std::string> metrics_body();
@@ -309,10 +313,11 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
     char buf[16384];
     for (;;) {
       const ssize_t r = ::read(fd, buf, sizeof(buf));
-      if (r > 0) continue;
+      if (r > 0 && (c.drained += static_cast<std::size_t>(r)) <= kLingerBytes) continue;
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      close_conn(fd, std::nullopt);  // EOF or an error: nothing unread is left
+      // EOF or an error: nothing unread is left. Past kLingerBytes: enough, the rest may reset.
+      close_conn(fd, std::nullopt);
       return;
     }
   }

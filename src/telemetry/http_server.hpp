@@ -31,9 +31,9 @@
 //     error (telemetry/http_request.hpp is the parser); no internal error text reaches a client;
 //   - after a connection's last response (an error, Connection: close, the request cap) its
 //     writing side is shut and what the client still sends is read and dropped until it closes,
-//     for at most 2 s (a lingering close): closing with unread input would send a reset, which
-//     can destroy the response in flight and fails a client that is still sending. A lingering
-//     connection is the first evicted when the table is full;
+//     for at most 2 s and 1 MiB (a lingering close): closing with unread input would send a
+//     reset, which can destroy the response in flight and fails a client that is still sending.
+//     A lingering connection is the first evicted when the table is full;
 //   - out of descriptors (EMFILE), accepting pauses for 100 ms instead of spinning.
 
 #include <array>
