@@ -95,6 +95,16 @@ def mapped_libraries(pid):
     return found
 
 
+def tracefs_write(name, text):
+    """One write() to a tracefs control file (Python's buffered append mode seeks, which they
+    refuse)."""
+    fd = os.open(f"{TRACEFS}/{name}", os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
 class Uprobes:
     def __init__(self):
         self.group = f"zgc{os.getpid()}"
@@ -111,14 +121,12 @@ class Uprobes:
         for sym, off in sorted(offsets.items()):
             ev = f"{lib}_{sym}"
             try:
-                with open(f"{TRACEFS}/uprobe_events", "a") as f:
-                    f.write(f"p:{self.group}/{ev} {real}:{off:#x}\n")
+                tracefs_write("uprobe_events", f"p:{self.group}/{ev} {real}:{off:#x}\n")
                 self.events[ev] = (lib, sym, real)
             except OSError as e:
                 self.error = f"adding a uprobe on {sym} ({real}): {e.strerror}"
         try:
-            with open(f"{TRACEFS}/events/{self.group}/enable", "w") as f:
-                f.write("1")
+            tracefs_write(f"events/{self.group}/enable", "1")
         except OSError as e:
             self.error = f"enabling the uprobes: {e.strerror}"
 
@@ -141,14 +149,12 @@ class Uprobes:
         if not self.events:
             return
         try:
-            with open(f"{TRACEFS}/events/{self.group}/enable", "w") as f:
-                f.write("0")
+            tracefs_write(f"events/{self.group}/enable", "0")
         except OSError:
             pass
         for ev in self.events:
             try:
-                with open(f"{TRACEFS}/uprobe_events", "a") as f:
-                    f.write(f"-:{self.group}/{ev}\n")
+                tracefs_write("uprobe_events", f"-:{self.group}/{ev}\n")
             except OSError:
                 pass
         self.events = {}
