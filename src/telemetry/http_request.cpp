@@ -19,6 +19,9 @@ HttpParse parse_head(std::string_view in, const HttpLimits& lim, HttpRequestHead
   std::size_t lead = 0;
   while (in.substr(lead, 2) == "\r\n") lead += 2;
   const std::string_view head = in.substr(lead);
+  // A CR whose LF has not arrived yet: Beast takes a lone CR for a bad method (the fuzzer's
+  // first find: "\r" then "\nGET ..." was answered 400 when it came in two reads).
+  if (head == "\r") return HttpParse::incomplete;
 
   // Beast bounds the head's bytes; the number of its lines is ours to bound, also before the
   // head is complete (a client trickling short header lines is refused early).
