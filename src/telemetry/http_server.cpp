@@ -313,7 +313,8 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
     char buf[16384];
     for (;;) {
       const ssize_t r = ::read(fd, buf, sizeof(buf));
-      if (r > 0 && (c.drained += static_cast<std::size_t>(r)) <= kLingerBytes) continue;
+      if (r > 0) c.drained += static_cast<std::size_t>(r);
+      if (r > 0 && c.drained <= kLingerBytes) continue;
       if (r < 0 && errno == EINTR) continue;
       if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
       // EOF or an error: nothing unread is left. Past kLingerBytes: enough, the rest may reset.
