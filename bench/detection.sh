@@ -138,7 +138,9 @@ if [[ $job == pytorch ]]; then
 fi
 [[ $(id -u) -eq 0 ]] || { echo "detection.sh: run as root (BPF probes, /proc/PID/syscall)" >&2; exit 2; }
 
-tmp=$(mktemp -d)
+# tmp, the daemon's paths under it, launch_daemon.
+export ZERNEL_BIN=$bin
+. "$here/../tests/integration/lib.sh"
 export ZERNEL_FAKE_GPU_SHM="/zernel-detection-bench-$$"
 dpid=""
 npid=""
@@ -196,13 +198,12 @@ thread_accuracies=()
 for run in $(seq "$runs"); do
 for variant in "${pin_runs[@]}"; do
   rm -f "$tmp/phases.jsonl" "$tmp/truth.jsonl"
-  "$bin/zernel-scheduler" --config "$config" --backend observe --emulated-gpu --control-socket '' \
-    --phase-log "$tmp/phases.jsonl" "${thread_log[@]}" > "$tmp/daemon.log" 2>&1 &
-  dpid=$!
-  # Ready once it has written its first tick's worth: the phase log exists after start-up.
-  for _ in $(seq 100); do [[ -e $tmp/phases.jsonl ]] && break; sleep 0.1; done
+  daemon_config=$config launch_daemon --backend observe --emulated-gpu --control-socket '' \
+    --phase-log "$tmp/phases.jsonl" "${thread_log[@]}"
+  dpid=$daemon_pid
+  # Ready once it serves /metrics and has written its first tick's worth.
   sleep 0.5
-  if ! kill -0 "$dpid" 2>/dev/null; then
+  if ! kill -0 "$dpid" 2>/dev/null || [[ ! -e $tmp/phases.jsonl ]]; then
     echo "detection.sh: the daemon did not start:" >&2; cat "$tmp/daemon.log" >&2; exit 2
   fi
   if [[ $noise -gt 0 ]]; then

@@ -8,7 +8,6 @@
 # Needs root (BPF probes, tracefs), the emulated GPU and python3-torch; SKIP without.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 py=""

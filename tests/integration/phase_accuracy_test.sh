@@ -7,7 +7,6 @@
 # Needs only python3.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 score=$SRC/bench/phase_accuracy.py
 

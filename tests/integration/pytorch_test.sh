@@ -40,7 +40,6 @@ pin_steps=12
 # fsyncs): at most this share of its time in a boosted phase.
 max_boosted=0.05
 
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-pytorch-test-$$"
 daemon_pid=""
 job_pid=""

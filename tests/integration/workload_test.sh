@@ -8,7 +8,6 @@ set -uo pipefail
 BIN_DIR=${ZERNEL_BIN:-build/bin}
 BIN=$BIN_DIR/zernel-workload
 FAKE_LIB=${ZERNEL_FAKE_LIB_DIR:-$BIN_DIR/../lib/fake}/libcuda.so.1
-tmp=$(mktemp -d)
 # The emulated GPU's state segment: our own, so parallel tests do not share devices.
 export ZERNEL_FAKE_GPU_SHM=/zernel-fake-gpu-workload-test-$$
 bg_pid=""
