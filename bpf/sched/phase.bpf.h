@@ -15,10 +15,9 @@
  *
  * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
  * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
- * (phase_timer.bpf.h says why). Three places apply such a change, the first two when one is
- * pending (phase_change_pending: a change the scheduler has not seen, or the phase's policy itself
- * after a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE), the
- * tick only for a change not seen (phase_change_unseen):
+ * (phase_timer.bpf.h says why). Three places apply such a change, each when one is pending
+ * (phase_change_pending: a change the scheduler has not seen, or the phase's policy itself after
+ * a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE):
  *   - the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there: it
  *     kicks the CPU, and ops.dispatch (keep_prev) or ops.enqueue applies the phase
  *     (phase_timer.bpf.h);
@@ -209,8 +208,8 @@ static __always_inline void phase_starts(struct task_struct *p, struct task_ctx 
 }
 
 /*
- * ops.tick of a running thread with a phase change not seen yet (phase_change_unseen): the time
- * run so far is charged at the old weight, then the new phase's policy applies: its weight in the
+ * ops.tick of a running thread with a phase change pending (phase_change_pending): the time run
+ * so far is charged at the old weight, then the new phase's policy applies: its weight in the
  * node (the victim search reads it from the thread), and its slice when shorter than what is
  * left. (A new phase that preempts needs nothing more: the thread runs.)
  */
@@ -219,7 +218,7 @@ static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *t
 	struct zernel_phase_thread *st;
 
 	st = phase_state(p);
-	if (!st || !phase_change_unseen(st, tctx))
+	if (!st || !phase_change_pending(st, tctx))
 		return;
 	account_run(p, tctx);
 	if (!phase_follow(p, tctx, false))
