@@ -12,8 +12,9 @@
  *     at the first use of the tenant (zernel_tenant_node, share.bpf.h).
  * Weights are on the threads' 1024 scale: a cgroup of cpu.weight 100 weighs 1024.
  *
- * tree_gen moves whenever some node's activity, weight or quota changes: each node caches its
- * share of the machine (and whether a quota applies above it) until then.
+ * tree_gen moves whenever some node's activity, weight or quota changes, or a cgroup's node is
+ * deleted: each node caches its share of the machine (and whether a quota applies to it or above
+ * it) until then.
  */
 #ifndef ZERNEL_SCHED_NODE_BPF_H
 #define ZERNEL_SCHED_NODE_BPF_H
@@ -60,7 +61,7 @@ struct {
 
 /* The root node lives in .bss: root-cgroup threads, most of a test VM's, need no map lookup. */
 static struct znode root_node;
-/* Moves whenever some node's activity or weight changes: share caches older than it are stale. */
+/* Moves at every change of the tree (above): share caches older than it are stale. */
 static u64 tree_gen = 1;
 private(ZTREE) struct bpf_spin_lock tree_lock;
 
