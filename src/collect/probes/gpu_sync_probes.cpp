@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collect/probes/cuda_library.hpp"
+#include "common/clock.hpp"
 #include "probes.h"
 #include "probes.skel.h"
 #include "sys/bpf/libbpf_log.hpp"
@@ -83,13 +84,6 @@ static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COM
 static_assert(static_cast<int>(PhaseRole::worker) == ZERNEL_PHASE_ROLE_WORKER);
 
 constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // Phase programs: the rules' constants, and off (not loaded, a one-page ring) unless asked for.
 void configure_phase_programs(probes_bpf& skel, const GpuSyncProbes::Options& o) {
