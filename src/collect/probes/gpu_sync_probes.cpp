@@ -244,7 +244,7 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
   impl->ncpus = libbpf_num_possible_cpus();
   if (impl->ncpus <= 0) return libbpf_error(what + ": counting possible CPUs", impl->ncpus);
 
-  impl->uprobe_multi = kernel_has_uprobe_multi();
+  impl->uprobe_multi = !options.perf_uprobes && kernel_has_uprobe_multi();
   impl->skel = probes_bpf__open();
   if (impl->skel == nullptr) return libbpf_error(what + ": opening probes.bpf.o", errno);
   configure_programs(*impl->skel, options, impl->uprobe_multi);

@@ -139,6 +139,9 @@ class GpuSyncProbes {
     std::uint64_t sync_hysteresis_ns = 2'000'000;  // a sync begun in OptimizerStep
     std::uint64_t idle_hysteresis_ns = 2'000'000;  // a worker's sleep before it is idle
     std::uint64_t optimizer_max_ns = 200'000'000;  // CPU in OptimizerStep before Unknown
+    // Uprobes as one perf-event link per function even where the kernel has multi-uprobe links:
+    // what kernels before 6.6 get, so that tests cover it.
+    bool perf_uprobes = false;
   };
 
   // Loads the BPF object (needs root: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; and kernel BTF)

@@ -784,10 +784,13 @@ TEST(ProbesWhoPays, attach_nothing_while_no_process_is_followed) {
       << links_running(progs) << " links left after the last followed process was forgotten";
 }
 
-TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit) {
+// `perf_uprobes`: with one perf link per function (kernels before 6.6) instead of multi-uprobe
+// links.
+void expect_no_uprobe_hit_outside_the_followed_process(bool perf_uprobes) {
   if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
   GpuSyncProbes::Options o;
   o.phase_events = true;
+  o.perf_uprobes = perf_uprobes;
   auto r = GpuSyncProbes::open(o);
   if (!r) GTEST_SKIP() << r.error().message();
   auto& probes = *r.value();
@@ -816,6 +819,14 @@ TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit) {
   EXPECT_EQ(mine->sync_count_delta, kLoopCalls);
   EXPECT_EQ(its->sync_count_delta, 0U);
   EXPECT_EQ(its->last_sync_return_ns, 0U);
+}
+
+TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit) {
+  expect_no_uprobe_hit_outside_the_followed_process(false);
+}
+
+TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit_with_perf_links) {
+  expect_no_uprobe_hit_outside_the_followed_process(true);
 }
 
 TEST(ProbesWhoPays, gives_no_task_storage_to_threads_of_processes_nobody_follows) {
