@@ -1,6 +1,7 @@
 // bench_tax: what a process pays per call for what runs in the kernel on its behalf, with or
 // without zernel-scheduler beside it (bench/tax.sh drives it; docs/benchmarks.md, "The tax on
-// the rest of the node"). Each figure is the best of --rounds rounds, in ns per call:
+// the rest of the node"). Each figure is the best of --rounds rounds (30; a round is a few ms, short
+// enough that some rounds run without a preemption on a busy machine), in ns per call:
 //
 //   getppid      syscall(SYS_getppid): any system call (a syscall tracepoint's slow path)
 //   futex_wake   FUTEX_WAKE_PRIVATE on a word nobody waits on
@@ -113,7 +114,7 @@ int usage(const char* msg) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 5;
+  int rounds = 30;
   double scale = 1.0;
   int cpu = 0;
   bool cuda = true;
@@ -184,16 +185,16 @@ int main(int argc, char** argv) {
   }
 
   std::uint32_t word = 0;
-  const double getppid_ns = best_ns(rounds, calls(200'000), [] { syscall(SYS_getppid); });
-  const double wake_ns = best_ns(rounds, calls(200'000), [&] {
+  const double getppid_ns = best_ns(rounds, calls(20'000), [] { syscall(SYS_getppid); });
+  const double wake_ns = best_ns(rounds, calls(20'000), [&] {
     syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
   });
-  const double rtt_ns = pipe_round_trip(rounds, calls(20'000), cpu);
+  const double rtt_ns = pipe_round_trip(rounds, calls(2'000), cpu);
   double sync_ns = -1;
   double launch_ns = -1;
   if (cuda) {
-    sync_ns = best_ns(rounds, calls(100'000), [&] { stream_sync(stream); });
-    launch_ns = best_ns(rounds, calls(100'000), [&] { enqueue(stream, 0); });
+    sync_ns = best_ns(rounds, calls(10'000), [&] { stream_sync(stream); });
+    launch_ns = best_ns(rounds, calls(10'000), [&] { enqueue(stream, 0); });
     stream_sync(stream);
   }
   std::printf(

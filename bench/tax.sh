@@ -2,10 +2,12 @@
 # The tax on the rest of the node (issue 21): what a process pays per call for zernel-scheduler
 # running beside it. bench_tax (bench/tax.cpp) times getppid, a FUTEX_WAKE with no waiter, a pipe
 # round trip between two processes on one CPU, and a sync and a launch of the emulated libcuda,
-# best of --rounds rounds each, in three conditions:
-#   none   no daemon
-#   idle   the daemon (--backend observe --emulated-gpu) running, following nothing
-#   job    the daemon following a training job (zernel-workload on the emulated GPU)
+# best of --rounds rounds each, in four conditions:
+#   none     no daemon
+#   idle     the daemon (--backend observe --emulated-gpu) running, following nothing
+#   jobonly  a training job (zernel-workload on the emulated GPU) running, no daemon: the CPU the
+#            job takes, which the next condition pays too
+#   job      the daemon following that job
 # and in each, twice: as a process the daemon does not follow (a CUDA process on an emulated GPU
 # segment of its own, which the daemon's NVML does not list), and as one it follows (on the
 # daemon's segment: found as a GPU process, measured once /status lists it). With several --bin
@@ -18,19 +20,21 @@
 # root (the daemon loads BPF). --bin defaults to build/bin; bench_tax comes from --tax (default
 # build/bin/bench_tax) and is the same program for every build. Prints a table per build and
 # one JSON line (per build and condition: the best figure over every round of every repetition,
-# and the range of the repetitions' bests). Exit 1 when a run fails, 2 on a bad command line.
+# and the range of the repetitions' bests); the daemon's conditions are compared with the same
+# conditions without it (idle with none, job with jobonly). Exit 1 when a run fails, 2 on a bad
+# command line.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bins=()
 tax=$root/build/bin/bench_tax
-rounds=5
-reps=2
+rounds=30
+reps=3
 cpu=0
 scale=1
 keep=""
 job_args="--ranks 1 --workers 1 --steps 1000000 --data-ms 5 --gpu-ms 40 --nccl-ms 2 --optimizer-ms 4 --batch-kib 64"
 usage() {
-  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2
+  awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2
   exit 2
 }
 while [[ $# -gt 0 ]]; do
@@ -111,11 +115,16 @@ stop_daemon() {
   daemon=""
 }
 
-start_job() { # BIN LABEL
+start_job() { # BIN LABEL WITH_DAEMON
   # shellcheck disable=SC2086  # the job's flags are words
   (cd "$tmp" && ZERNEL_FAKE_GPU_SHM=$seg exec "$1/zernel-workload" --emulated-gpu --data-dir "$tmp" \
     $job_args > "$tmp/job-$2.log" 2>&1) &
   job=$!
+  if [[ $3 == 0 ]]; then
+    sleep 2  # its processes started and stepping
+    kill -0 "$job" 2> /dev/null || fail "the job exited: $(tail -3 "$tmp/job-$2.log")"
+    return
+  fi
   for _ in $(seq 150); do
     [[ $(ml_pids | wc -w) -ge 1 ]] && break
     kill -0 "$job" 2> /dev/null || fail "the job exited: $(tail -3 "$tmp/job-$2.log")"
@@ -173,17 +182,19 @@ record() { # LABEL CONDITION ROLE REP JSON
     "$@" >> "$results"
 }
 
-echo "tax.sh: ${#bins[@]} build(s) x 3 conditions x $reps repetitions, best of $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "tax.sh: ${#bins[@]} build(s) x 4 conditions x $reps repetitions, best of $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for rep in $(seq "$reps"); do
-  for cond in none idle job; do
+  for cond in none idle jobonly job; do
     for b in "${bins[@]}"; do
       label=$(basename "$(dirname "$b")")
-      [[ $cond != none ]] && start_daemon "$b" "$label"
-      [[ $cond == job ]] && start_job "$b" "$label"
+      daemon_on=0
+      [[ $cond == idle || $cond == job ]] && daemon_on=1
+      [[ $daemon_on == 1 ]] && start_daemon "$b" "$label"
+      [[ $cond == job* ]] && start_job "$b" "$label" "$daemon_on"
       record "$label" "$cond" unfollowed "$rep" "$(run_unfollowed)"
-      record "$label" "$cond" followed "$rep" "$(run_followed "$([[ $cond == none ]] && echo 0 || echo 1)")"
-      [[ $cond == job ]] && stop_job
-      [[ $cond != none ]] && stop_daemon
+      record "$label" "$cond" followed "$rep" "$(run_followed "$daemon_on")"
+      [[ $cond == job* ]] && stop_job
+      [[ $daemon_on == 1 ]] && stop_daemon
       echo "tax.sh: rep $rep $cond $label done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     done
   done
@@ -193,7 +204,7 @@ python3 - "$results" << 'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 builds = list(dict.fromkeys(r["build"] for r in rows))
-conds = ["none", "idle", "job"]
+conds = [("none", None), ("idle", "none"), ("jobonly", None), ("job", "jobonly")]
 figures = [("getppid_ns", "unfollowed", "getppid()"),
            ("futex_wake_ns", "unfollowed", "FUTEX_WAKE, no waiter"),
            ("pipe_rtt_ns", "unfollowed", "pipe round trip, one CPU"),
@@ -203,22 +214,24 @@ figures = [("getppid_ns", "unfollowed", "getppid()"),
            ("cuda_launch_ns", "followed", "launch, followed process")]
 out = {}
 for b in builds:
-    print(f"\n{b}: ns per call, best of every round (range of the repetitions' bests); % vs no daemon")
-    print("| what a task pays | no daemon | daemon, nothing followed | daemon, a job followed |")
-    print("| --- | --- | --- | --- |")
+    print(f"\n{b}: ns per call, best of every round (range of the repetitions' bests); "
+          "% against the same machine without the daemon")
+    print("| what a task pays | no daemon | daemon, nothing followed | a job, no daemon "
+          "| daemon following the job |")
+    print("| --- | --- | --- | --- | --- |")
     for key, role, name in figures:
         cells = []
-        base = None
-        for c in conds:
-            vals = [r[key] for r in rows if r["build"] == b and r["condition"] == c and r["role"] == role]
+        best_of = {}
+        for c, against in conds:
+            vals = [r[key] for r in rows
+                    if r["build"] == b and r["condition"] == c and r["role"] == role]
             if not vals:
                 cells.append("-")
                 continue
-            best = min(vals)
+            best = best_of[c] = min(vals)
             out.setdefault(b, {}).setdefault(c, {})[f"{role}_{key}"] = {"best": best, "reps": vals}
-            if c == "none":
-                base = best
-            pct = f" ({100 * (best / base - 1):+.0f} %)" if base and c != "none" else ""
+            base = best_of.get(against) if against else None
+            pct = f" ({100 * (best / base - 1):+.1f} %)" if base else ""
             rng = f" ({min(vals):,.0f}-{max(vals):,.0f})" if len(vals) > 1 else ""
             cells.append(f"{best:,.0f}{rng}{pct}")
         print(f"| {name} | " + " | ".join(cells) + " |")

@@ -8,8 +8,9 @@
  *   3 BTF tracepoint sched_switch           (the probes' zernel_switch hook)
  *   4 fentry on futex_wait                  (refused on the development host: EPERM)
  */
+#include <vmlinux.h>  // first: the kernel's types, which libbpf's headers use
+
 #include <bpf/bpf_helpers.h>
-#include <vmlinux.h>
 
 char _license[] SEC("license") = "GPL";
 
