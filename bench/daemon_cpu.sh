@@ -7,7 +7,9 @@ set -euo pipefail
 n=${1:-1000}
 secs=${2:-30}
 bin=${ZERNEL_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
-tmp=$(mktemp -d)
+# tmp, the daemon's paths under it, launch_daemon.
+export ZERNEL_BIN=$bin
+. "$(dirname "$0")/../tests/integration/lib.sh"
 pids=()
 cleanup() {
   [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null
@@ -32,10 +34,10 @@ comm = ["zsleep"]
 TOML
 ln -s "$(command -v sleep)" "$tmp/zsleep"
 for _ in $(seq "$n"); do "$tmp/zsleep" 3600 & pids+=($!); done
-"$bin/zernel-scheduler" --config "$tmp/c.toml" --backend observe --control-socket '' \
-  > "$tmp/d.log" 2>&1 &
-dpid=$!
-sleep 3  # start-up and the first scans
+daemon_config=$tmp/c.toml daemon_log=$tmp/d.log launch_daemon --backend observe \
+  --control-socket '' || { echo "daemon_cpu: the daemon did not start:"; cat "$tmp/d.log"; exit 1; }
+dpid=$daemon_pid
+sleep 2  # the first scans of the N processes
 read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$dpid/stat")
 t0=$(date +%s.%N)
 sleep "$secs"

@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+  # Boost.Beast's HTTP/1 parser (header-only): the HTTP front (src/telemetry/http_request.cpp)
+  libboost1.74-dev
   # gRPC and protobuf: the kubelet pod-resources client (src/collect/pod_resources.cpp, its
   # .proto compiled at build time) and tools/pod_resources_server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc

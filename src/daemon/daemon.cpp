@@ -360,7 +360,7 @@ std::uint16_t Daemon::http_port() const { return http_ ? http_->port() : 0; }
 Result<void> Daemon::run(int stop_fd, int reload_fd) {
   const Cadence cadence = cadence_of(opts_.config);
   tick_ns_ = cadence.period_ns;
-  const std::uint64_t start = monotonic_now_ns();
+  const std::uint64_t start = monotonic_ns();
   poll_processes(start);
   Ticker ticker(cadence.period_ns, start);
   auto wake = WakeSet::make(stop_fd, reload_fd, control_ ? control_->fd() : -1);
@@ -379,20 +379,20 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
 
 void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence) {
   const std::uint64_t now = ticker.deadline_ns();
-  const std::uint64_t t0 = monotonic_now_ns();
+  const std::uint64_t t0 = monotonic_ns();
   nvml_procs_fresh_ = false;
   if (n % cadence.poll_every == 0) apply_pod_resources();
   if (n % cadence.poll_every == 0 || new_process_appeared()) poll_processes(now);
   sample_signals(now);
   backend_.maybe_restart(now);
-  if (control_) control_->expire(monotonic_now_ns());
+  if (control_) control_->expire(monotonic_ns());
   decide(now);
   if (trace_) finish_trace();
-  last_decision_ns_ = monotonic_now_ns() - t0;
+  last_decision_ns_ = monotonic_ns() - t0;
   decision_latency_.observe(last_decision_ns_);
   if (n % cadence.poll_every == 0) enforce::apply_power(power_.get(), engine_);
   if (n % cadence.publish_every == 0) publish(now);
-  const std::uint64_t spent = monotonic_now_ns() - t0;
+  const std::uint64_t spent = monotonic_ns() - t0;
   stats_.ticks = ticker.ticks();
   stats_.skipped_ticks = ticker.skipped();
   stats_.max_tick_ns = std::max(stats_.max_tick_ns, spent);
@@ -409,7 +409,7 @@ void Daemon::decide(std::uint64_t now_ns) {
   engine_.schedule_all(now_ns, decisions_);
   // The log gets the time the change was committed, not the tick's deadline: a late tick
   // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
-  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_now_ns() : now_ns;
+  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
     if (trace_) trace_->decision(committed_ns, d);
     if (!d.phase_changed) continue;
@@ -468,7 +468,7 @@ void Daemon::shutdown() {
   if (trace_ && control_) {  // a waiting `trace` client hears why, rather than a bare close
     control_->answer(trace_client_,
                      error_reply("the daemon is stopping; the trace was not completed"),
-                     monotonic_now_ns());
+                     monotonic_ns());
     trace_.reset();
   }
   control_.reset();  // closes and removes the socket
@@ -490,7 +490,7 @@ void Daemon::service_wakeup(int reload_fd) {
           if (req.op == ControlOp::trace) return start_trace(req, who);
           return runtime_->handle(req);
         },
-        monotonic_now_ns());
+        monotonic_ns());
   }
 }
 
@@ -504,7 +504,7 @@ telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
   return s;
 }
 
-telemetry::Snapshot Daemon::status_snapshot() { return snapshot(monotonic_now_ns()); }
+telemetry::Snapshot Daemon::status_snapshot() { return snapshot(monotonic_ns()); }
 
 std::optional<LiveProcess> Daemon::live_process(std::uint32_t pid) {
   auto stat = sys::read_stat(opts_.proc_root, pid);

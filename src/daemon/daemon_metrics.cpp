@@ -7,7 +7,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "common/version.hpp"
 #include "daemon/daemon.hpp"
 #include "intf.h"
 
@@ -51,8 +50,6 @@ void Daemon::account_tenant_cpu(std::uint32_t pid, std::optional<std::uint64_t> 
 
 void Daemon::add_metrics(telemetry::Snapshot& s) {
   s.hostname = node_name_;
-  s.version = kVersion;
-  s.commit = kCommit;
 
   if (auto c = backend_.counters()) {
     for (const auto& [name, value] : *c) s.backend_counters.push_back({name, value});

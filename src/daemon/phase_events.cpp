@@ -67,7 +67,7 @@ void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]]
   if (role == collect::PhaseRole::rank &&
       collect::read_main_thread_wait(opts_.proc_root, pid) == collect::MainThreadWait::input) {
     event_phase_[pid] = policy::Phase::data_loading;
-    phase_log_.write(monotonic_now_ns(), pid, policy::Phase::data_loading);
+    phase_log_.write(monotonic_ns(), pid, policy::Phase::data_loading);
   }
 #endif
 }

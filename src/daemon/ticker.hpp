@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-namespace zernel::daemon {
+#include "common/clock.hpp"
 
-std::uint64_t monotonic_now_ns();
+namespace zernel::daemon {
 
 class Ticker {
  public:

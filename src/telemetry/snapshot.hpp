@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.hpp"
 #include "policy/engine.hpp"
 
 namespace zernel::telemetry {
@@ -98,10 +99,12 @@ struct CollectorErrors {
 struct Snapshot {
   std::string backend = "observe";
   // The node's name for the Hostname label of GPU series (the daemon: $NODE_NAME, else
-  // gethostname), and the build (zernel_scheduler_build_info).
+  // gethostname).
   std::string hostname;
-  std::string version;
-  std::string commit;
+  // The build (zernel_scheduler_build_info): every snapshot carries it, whoever takes it (the
+  // daemon, --demo, a test).
+  std::string version = kVersion;
+  std::string commit = kCommit;
   std::uint64_t taken_at_ns = 0;
   std::uint64_t tasks_total = 0;
   std::uint64_t tasks_ml = 0;

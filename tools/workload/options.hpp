@@ -30,6 +30,8 @@ struct JobOptions {
   std::string truth_log;         // empty = none
   std::string step_log;          // empty = none; per-step times as JSON lines, written at the end
   bool emulated_gpu = false;
+  bool helpers = false;     // each rank's helper threads (helpers.hpp)
+  bool pin_memory = false;  // each rank's pin-memory thread (pin_memory.hpp); needs workers
 };
 
 struct NoiseOptions {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collect/probes/cuda_library.hpp"
+#include "common/clock.hpp"
 #include "probes.h"
 #include "probes.skel.h"
 #include "sys/bpf/libbpf_log.hpp"
@@ -98,13 +99,6 @@ static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COM
 static_assert(static_cast<int>(PhaseRole::worker) == ZERNEL_PHASE_ROLE_WORKER);
 
 constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 // The phase rules run only with phases from events (and the ring is sized for them, else one
 // page); uprobes are multi-uprobe programs where the kernel has those, else plain (perf-event)

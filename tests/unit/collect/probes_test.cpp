@@ -35,6 +35,7 @@
 
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "common/clock.hpp"
 #include "support/emulated_gpu.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
@@ -50,13 +51,6 @@ using namespace std::chrono_literals;
 constexpr std::uint64_t kMs = 1'000'000;
 
 std::string fake_libcuda() { return std::string(ZERNEL_FAKE_LIB_DIR) + "/libcuda.so.1"; }
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 std::uint64_t thread_cpu_ns() {
   timespec ts{};
