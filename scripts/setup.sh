@@ -47,8 +47,8 @@ packages=(
 # would conflict with it).
 if ! command -v kubectl > /dev/null; then packages+=(kubernetes-client); fi
 
-# tracefs: the probes' futex and sched_switch tracepoints need it (a fresh machine may boot
-# without it mounted); the probes' unit and integration tests expect it.
+# tracefs: the probes no longer need it (BTF and raw tracepoints and uprobes attach without
+# it, docs/probes.md); kept mounted for perf and bpftool, and a fresh machine may boot without.
 if [[ $(id -u) -eq 0 ]] && ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs nodev /sys/kernel/tracing && echo "setup: mounted tracefs on /sys/kernel/tracing"
 fi

@@ -438,7 +438,9 @@ void Daemon::publish(std::uint64_t now_ns) {
 void Daemon::drop(std::uint32_t pid) {
 #ifdef ZERNEL_HAVE_PROBES
   if (probes_) {
-    if (auto it = tracked_.find(pid); it != tracked_.end() && it->second.probed) {
+    // A probed or roled process is followed by the probes until forgotten (docs/probes.md).
+    if (auto it = tracked_.find(pid);
+        it != tracked_.end() && (it->second.probed || it->second.event_role)) {
       probes_->forget(pid);
       (void)probes_->untrack(pid);
     }

@@ -205,7 +205,7 @@ void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] 
     return;
   }
   if (*n == 0) {
-    // Nothing newly attached: either no libcuda mapped yet, or one attached for another process.
+    // Nothing newly attached: either no libcuda mapped yet, or its files are attached in it.
     auto maps = collect::probes::read_libcuda_mappings(opts_.proc_root, pid);
     if (!maps || maps->empty()) return;
   }

@@ -36,8 +36,6 @@ std::string_view cause_name(std::uint8_t cause) {
       return "worker_idle";
     case collect::PhaseCause::optimizer_bound:
       return "optimizer_bound";
-    case collect::PhaseCause::launch:
-      return "launch";
   }
   return "event";
 }

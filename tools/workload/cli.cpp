@@ -71,6 +71,12 @@ int run_cli(int argc, char** argv) {
   add_ms(app, "--launch-cpu-ms", job.launch_cpu_ms,
          "CPU time the rank spends between forward + backward's kernel launches, before their "
          "sync (a framework's host work; ms)");
+  app.add_option("--kernels", job.kernels,
+                 "Kernels per step that forward + backward's device time is launched as, each "
+                 "of --gpu-ms / N (a launch-bound job: thousands of small kernels); 0: one per "
+                 "25 ms")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
   add_ms(app, "--nccl-ms", job.nccl_ms,
          "All-reduce time once every rank has reached the collective (ms)");
   add_ms(app, "--optimizer-ms", job.optimizer_ms,

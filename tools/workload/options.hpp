@@ -21,6 +21,7 @@ struct JobOptions {
   double data_ms = 800;          // CPU decode time per batch
   double gpu_ms = 800;           // device time of forward + backward
   double launch_cpu_ms = 0;      // host CPU time between forward + backward's launches
+  int kernels = 0;               // forward + backward as this many kernels; 0 = one per 25 ms
   double nccl_ms = 600;          // all-reduce time once every rank has arrived
   double optimizer_ms = 600;     // optimizer step: short CPU bursts between tiny GPU syncs
   int prefetch_factor = 2;       // batches queued ahead per worker (PyTorch's prefetch_factor)

@@ -102,7 +102,8 @@ class Rank {
 
  private:
   Result<void> next_batch(std::vector<WorkerProc>& workers, int step);
-  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns = 0);
+  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns = 0,
+                        std::uint64_t kernels = 0);
   Result<void> optimizer_step(Gpu& gpu);
   void send_credit(std::vector<WorkerProc>& workers, std::uint64_t index);
 
@@ -168,14 +169,16 @@ Result<void> Rank::next_batch(std::vector<WorkerProc>& workers, int step) {
   return Ok{};
 }
 
-// Queues ns of device time as kernels of at most kGpuKernelNs, with host_ns of CPU time spread
-// evenly after the launches (a framework's host work between them), then synchronizes.
-Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns) {
-  const std::uint64_t kernels = std::max<std::uint64_t>(1, (ns + kGpuKernelNs - 1) / kGpuKernelNs);
-  for (std::uint64_t left = ns; left > 0;) {
-    const std::uint64_t k = std::min(left, kGpuKernelNs);
+// Queues ns of device time as `kernels` kernels of equal length (0: as kernels of at most
+// kGpuKernelNs), with host_ns of CPU time spread evenly after the launches (a framework's host
+// work between them), then synchronizes.
+Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns,
+                            std::uint64_t kernels) {
+  if (kernels == 0) kernels = std::max<std::uint64_t>(1, (ns + kGpuKernelNs - 1) / kGpuKernelNs);
+  for (std::uint64_t i = 0; i < kernels; ++i) {
+    // Kernel i ends at (i + 1) / kernels of ns: the lengths add up to ns exactly.
+    const std::uint64_t k = ns * (i + 1) / kernels - ns * i / kernels;
     if (auto r = gpu.enqueue(k); !r) return r;
-    left -= k;
     if (host_ns > 0) sink_ ^= burn_cpu(host_ns / kernels);
   }
   return gpu.synchronize();
@@ -217,7 +220,8 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       const std::uint64_t data_wait = monotonic_ns() - t0;
       if (r && o_.gpu_ms > 0) {
         log_.enter(Phase::gpu_compute);
-        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms), ms_to_ns(o_.launch_cpu_ms));
+        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms), ms_to_ns(o_.launch_cpu_ms),
+                     static_cast<std::uint64_t>(o_.kernels));
       }
       if (r) {
         log_.enter(Phase::nccl_collective);
