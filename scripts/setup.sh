@@ -32,6 +32,9 @@ packages=(
   # VM tests (tests/vm): busybox-static initramfs, and the shared libraries of the QEMU 10 binary
   # that cmake/Bpf.cmake unpacks from bookworm-backports (all plain bookworm packages).
   busybox-static cpio
+  # stress-ng in the guest (tests/vm/kubelet_stress_test.sh adds it with its libraries): the
+  # sched_ext project's CI kind of stress (cpu, fork, affinity, switch, futex, yield).
+  stress-ng
   libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libglib2.0-0 libgnutls30 libibverbs1
   libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16 librdmacm1 libsasl2-2
   libseccomp2 libslirp0 liburing2 libvdeplug2

@@ -497,6 +497,9 @@ void Daemon::service_wakeup(int reload_fd) {
 telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
   telemetry::Snapshot s = telemetry::take_snapshot(engine_, now_ns, true);
   s.backend = std::string(backend_.name());
+  s.backend_requested = backend_.requested();
+  s.backend_state = BackendSupervisor::mode_name(backend_.mode());
+  s.backend_reason = backend_.reason();
   for (telemetry::TaskView& v : s.tasks) {
     if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
     v.tenant_share = backend_.backend().tenant_share_note(v.pid);

@@ -97,7 +97,13 @@ struct CollectorErrors {
 };
 
 struct Snapshot {
-  std::string backend = "observe";
+  std::string backend = "observe";  // the backend acting
+  // The daemon's --backend, whether that backend acts (the supervisor's mode: "requested",
+  // "reloading", "fallback", "observing"; daemon/backend_supervisor.hpp) and why not, in a
+  // sentence (empty when it does).
+  std::string backend_requested;
+  std::string backend_state = "requested";
+  std::string backend_reason;
   // The node's name for the Hostname label of GPU series (the daemon: $NODE_NAME, else
   // gethostname).
   std::string hostname;

@@ -35,7 +35,11 @@ nlohmann::json status_json(const Snapshot& s) {
                      {"preferred_cpu", t.preferred_cpu < 0 ? json(nullptr) : json(t.preferred_cpu)},
                      {"phase_time_ms", times}});
   }
+  const auto str_or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
   return {{"backend", s.backend},
+          {"backend_requested", str_or_null(s.backend_requested)},
+          {"backend_state", s.backend_state},
+          {"backend_reason", str_or_null(valid_utf8(s.backend_reason))},
           {"decisions", s.decisions_total},
           {"transitions", s.phase_transitions_total},
           {"tasks_total", s.tasks_total},

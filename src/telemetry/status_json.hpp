@@ -1,9 +1,13 @@
 #pragma once
 // The `GET /status` document (docs/operations.md; scripts depend on its keys):
-//   {"backend": "...", "decisions": N, "transitions": N, "tasks_total": N, "tasks_ml": N,
+//   {"backend": "...", "backend_requested": "...", "backend_state": "...", "backend_reason": "...",
+//    "decisions": N, "transitions": N, "tasks_total": N, "tasks_ml": N,
 //    "tenants": [{"id", "gpus", "class", "weight", "tasks"}],
 //    "tasks": [{"pid", "comm", "phase", "priority", "weight", "tenant", "gpu_id",
 //               "preferred_cpu", "phase_time_ms": {"DataLoading": ms, ...}}]}
+// backend is the backend acting; backend_state whether the one asked for (--backend) acts
+// ("requested") or why not ("reloading", "fallback", "observing"; daemon/backend_supervisor.hpp),
+// backend_reason the sentence that says why (null when it acts).
 // Absent values (no tenant, no GPU, no preferred CPU) are null. A comm that is not valid UTF-8
 // (any user can name a process "\xff") has U+FFFD for each invalid byte: the document always
 // serialises.
