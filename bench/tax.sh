@@ -25,6 +25,8 @@
 # command line.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# tmp, and every default path of a daemon moved under it (the machine's are never touched)
+. "$root/tests/integration/lib.sh"
 bins=()
 tax=$root/build/bin/bench_tax
 rounds=30
@@ -63,14 +65,13 @@ for b in "${bins[@]}"; do
 done
 libcuda=${bins[0]}/../lib/fake/libcuda.so.1  # one library for every measurement
 
-tmp=$(mktemp -d)
-daemon=""
+daemon_pid=""
 job=""
 seg=/zernel-tax-$$           # the daemon's emulated GPU (and the job's, and the followed run's)
 other=/zernel-tax-$$-other   # a segment the daemon does not see
 cleanup() {
   [[ -n $job ]] && kill -TERM "$job" 2> /dev/null && wait "$job" 2> /dev/null
-  [[ -n $daemon ]] && kill -TERM "$daemon" 2> /dev/null && wait "$daemon" 2> /dev/null
+  [[ -n $daemon_pid ]] && kill -TERM "$daemon_pid" 2> /dev/null && wait "$daemon_pid" 2> /dev/null
   rm -f "/dev/shm${seg}" "/dev/shm${other}"
   if [[ -n $keep ]]; then mkdir -p "$keep" && cp -a "$tmp"/. "$keep"/; fi
   rm -rf "$tmp"
@@ -79,9 +80,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# runtime_state_file for builds from before $ZERNEL_RUNTIME_STATE (lib.sh)
 cat > "$tmp/c.toml" << TOML
 [telemetry]
 metrics_port = $port
+[multi_tenant]
+runtime_state_file = "$tmp/run/runtime-tenants.json"
 TOML
 
 fail() {
@@ -95,24 +99,16 @@ ml_pids() {
     python3 -c 'import json,sys; print(" ".join(str(t["pid"]) for t in json.load(sys.stdin)["tasks"] if t.get("ml")))' 2> /dev/null
 }
 
-start_daemon() { # BIN LABEL
-  ZERNEL_FAKE_GPU_SHM=$seg ZERNEL_SETTINGS_JOURNAL="$tmp/settings" \
-    ZERNEL_DELAYACCT_HOLDERS="$tmp/holders" ZERNEL_USERSPACE_JOURNAL="$tmp/journal" \
-    "$1/zernel-scheduler" --config "$tmp/c.toml" --backend observe --emulated-gpu \
-    --control-socket "$tmp/sock" >> "$tmp/daemon-$2.log" 2>&1 &
-  daemon=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/metrics" > /dev/null 2>&1 && break
-    kill -0 "$daemon" 2> /dev/null || fail "the daemon ($1) exited: $(tail -3 "$tmp/daemon-$2.log")"
-    sleep 0.1
-  done
-  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null 2>&1 || fail "the daemon ($1) did not serve /metrics in 10 s"
+run_daemon() { # BIN LABEL: lib.sh's launch_daemon with that build
+  BIN=$1 daemon_config=$tmp/c.toml daemon_log=$tmp/daemon-$2.log \
+    daemon_prefix="env ZERNEL_FAKE_GPU_SHM=$seg" launch_daemon --backend observe --emulated-gpu \
+    --control-socket "$tmp/run/sock" || fail "the daemon ($1) did not start: $(tail -3 "$tmp/daemon-$2.log")"
   sleep 1  # its first ticks
 }
-stop_daemon() {
-  kill -TERM "$daemon" 2> /dev/null
-  wait "$daemon" 2> /dev/null
-  daemon=""
+end_daemon() {
+  kill -TERM "$daemon_pid" 2> /dev/null
+  wait "$daemon_pid" 2> /dev/null
+  daemon_pid=""
 }
 
 start_job() { # BIN LABEL WITH_DAEMON
@@ -189,12 +185,12 @@ for rep in $(seq "$reps"); do
       label=$(basename "$(dirname "$b")")
       daemon_on=0
       [[ $cond == idle || $cond == job ]] && daemon_on=1
-      [[ $daemon_on == 1 ]] && start_daemon "$b" "$label"
+      [[ $daemon_on == 1 ]] && run_daemon "$b" "$label"
       [[ $cond == job* ]] && start_job "$b" "$label" "$daemon_on"
       record "$label" "$cond" unfollowed "$rep" "$(run_unfollowed)"
       record "$label" "$cond" followed "$rep" "$(run_followed "$daemon_on")"
       [[ $cond == job* ]] && stop_job
-      [[ $daemon_on == 1 ]] && stop_daemon
+      [[ $daemon_on == 1 ]] && end_daemon
       echo "tax.sh: rep $rep $cond $label done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     done
   done

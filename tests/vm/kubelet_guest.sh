@@ -142,7 +142,7 @@ if [ "$backend" != sched_ext ]; then
 elif [ "$(state)" = enabled ] && grep -q zernel $SX/root/ops; then
   ok "the daemon attached our scheduler beside $ncg cgroups ($nq limited) in $((($(uptime_cs) - a0) * 10)) ms"
 else
-  bad "the daemon's scheduler is not attached: state $(state); $(grep -m1 -E 'error|ended' /tmp/d.log)"
+  bad "the daemon's scheduler is not attached: state $(state); $(dmesg | grep -m1 'sched_ext: zernel: ' | sed 's/^\[[ 0-9.]*\] //')"
 fi
 pod_make $KP/podjob "$(weight 500)" 100000
 in_cg $KP/podjob/app zernel-workload --emulated-gpu --ranks 1 --workers 1 --steps 100000 \
