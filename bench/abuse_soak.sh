@@ -11,11 +11,9 @@ set -uo pipefail
 secs=${1:-600}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${ZERNEL_BIN:-$root/build/bin}
-tmp=$(mktemp -d)
-chmod 0700 "$tmp"
-export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
-export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
-export ZERNEL_DELAYACCT_HOLDERS="$tmp/run/delayacct.holders"
+# tmp, the daemon's paths under it, launch_daemon.
+export ZERNEL_BIN=$bin
+. "$root/tests/integration/lib.sh"
 dpid=""
 bg=()
 cleanup() {
@@ -37,10 +35,9 @@ id = "soak"
 gpus = 1
 TOML
 sock="$tmp/run/ctl.sock"
-prlimit --nofile=1024:1024 -- "$bin/zernel-scheduler" --config "$tmp/config.toml" --backend observe \
-  --control-socket "$sock" > "$tmp/daemon.log" 2>&1 &
-dpid=$!
-for _ in $(seq 50); do curl -sf -m 1 "http://127.0.0.1:$port/metrics" > /dev/null && break; sleep 0.1; done
+daemon_prefix="prlimit --nofile=1024:1024 --" launch_daemon --backend observe \
+  --control-socket "$sock" || { echo "abuse_soak: the daemon did not start:"; cat "$tmp/daemon.log"; exit 1; }
+dpid=$daemon_pid
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$dpid/stat"; }
 fds() { ls "/proc/$dpid/fd" | wc -l; }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$dpid/status"; }

@@ -36,9 +36,10 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "daemon_cpu.sh: run as root (the daemon's probes and process events)" >&2; exit 2; }
 bin=${ZERNEL_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
-tmp=$(mktemp -d)
+# tmp, the daemon's paths under it (journals, runtime state, control socket), launch_daemon.
+export ZERNEL_BIN=$bin
+. "$(dirname "$0")/../tests/integration/lib.sh"
 export ZERNEL_FAKE_GPU_SHM="/zernel-daemon-cpu-$$" ZERNEL_FAKE_GPU_COUNT=8
-export ZERNEL_SETTINGS_JOURNAL="$tmp/settings.journal" ZERNEL_USERSPACE_JOURNAL="$tmp/userspace.journal"
 pids=()
 jobs_pids=()
 cleanup() {
@@ -65,7 +66,7 @@ while ranks > 0 and ranks * (w + 1) + jobs > gpu:
 print(ranks, jobs, n - ranks * (w + 1) - jobs)
 PY
 )
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat > "$tmp/c.toml" <<TOML
 [general]
 max_tracked_tasks = 65536
@@ -73,7 +74,6 @@ max_tracked_tasks = 65536
 mode = "$detector"
 [multi_tenant]
 enabled = true
-runtime_state_file = "$tmp/runtime-tenants.json"
 [telemetry]
 metrics_port = $port
 [[tenants]]
@@ -93,9 +93,9 @@ ln -s "$(command -v sleep)" "$tmp/zsleep"
 ln -s "$(command -v sleep)" "$tmp/usleep"
 for _ in $(seq "$sleeps"); do "$tmp/zsleep" 3600 & pids+=($!); done
 for _ in $(seq "$untracked"); do "$tmp/usleep" 3600 & pids+=($!); done
-"$bin/zernel-scheduler" --config "$tmp/c.toml" --backend observe --emulated-gpu \
-  --control-socket '' > "$tmp/d.log" 2>&1 &
-dpid=$!
+daemon_config=$tmp/c.toml daemon_log=$tmp/d.log launch_daemon --backend observe --emulated-gpu \
+  --control-socket '' || { echo "daemon_cpu: the daemon did not start:"; cat "$tmp/d.log"; exit 1; }
+dpid=$daemon_pid
 left=$ranks
 for j in $(seq "$njobs"); do
   r=$((left < 8 ? left : 8))

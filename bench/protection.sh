@@ -159,7 +159,9 @@ for tool in python3 curl; do
 done
 
 # --- processes and cleanup
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/zernel-protection.XXXXXX")
+# tmp, the daemon's paths under it, launch_daemon.
+export ZERNEL_BIN=$bin
+. "$here/../tests/integration/lib.sh"
 export ZERNEL_FAKE_GPU_SHM="/zernel-protection-$$"
 live=()  # pids of what is running now: job, hogs, daemon, sampler
 stop_pid() {
@@ -248,16 +250,11 @@ mode = "$mode"
 [telemetry]
 metrics_port = $port
 TOML
-    "$scheduler" --config "$dir/daemon.toml" --backend "$backend" --emulated-gpu \
-      --control-socket "$dir/ctl.sock" --phase-log "$dir/phases.jsonl" > "$dir/daemon.log" 2>&1 &
-    daemon=$!
-    live+=("$daemon")
     local up=0
-    for _ in $(seq 100); do
-      if ! kill -0 "$daemon" 2> /dev/null; then break; fi
-      curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && { up=1; break; }
-      sleep 0.1
-    done
+    daemon_config=$dir/daemon.toml daemon_log=$dir/daemon.log launch_daemon --backend "$backend" \
+      --emulated-gpu --control-socket "$dir/ctl.sock" --phase-log "$dir/phases.jsonl" && up=1
+    daemon=$daemon_pid
+    live+=("$daemon")
     if [[ $up -ne 1 ]]; then
       wait "$daemon" 2> /dev/null
       rc=$?

@@ -11,7 +11,7 @@
  *
  * GPU SYNCHRONISATION. A uprobe and a uretprobe on each of libcuda's blocking synchronisation
  * entry points (cuCtxSynchronize, cuStreamSynchronize, cuEventSynchronize; the loader attaches
- * them per distinct library file, for every process that maps it). The entry probe bumps the
+ * them in each followed process, to the library files it maps). The entry probe bumps the
  * calling thread's nesting depth; on the outermost entry it records the time and counts the
  * thread into its process's in_sync. The return probe undoes that; on the outermost return it
  * adds the call's duration and a count to the process, records the return time and the returning
@@ -30,20 +30,40 @@
  * two bursts (an optimizer's kernel launches) user space reports that burst instead of 0, so a
  * tick that lands in a 0.2 ms wait still sees the short-burst pattern (docs/probes.md).
  *
- * FUTEX WAITS. The tracepoint syscalls:sys_enter_futex fires for every futex call of every
- * process, so it does the cheapest thing first: the op (without the private and clock flags) is
- * compared with FUTEX_WAIT, FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI, and only a wait costs a
- * hash lookup of the caller's tgid in zernel_probe_futex, which holds only the processes user
- * space tracks; a hit is one atomic add, and for the main thread (tid == tgid) a time stamp: the
- * daemon reads "the main thread entered a futex wait N ms ago" to see a collective's wait loop
- * (short timed waits) also at an instant when the thread is between two waits.
+ * FUTEX WAITS. Counted where a wait costs something: when a thread of a followed process goes
+ * to sleep in futex(2) with FUTEX_WAIT, FUTEX_WAIT_BITSET or FUTEX_WAIT_REQUEUE_PI, seen by the
+ * context-switch program (tp_btf/sched_switch) from the system call number and arguments the
+ * thread entered the kernel with (its saved registers). Only a tracked process's tgid is in
+ * zernel_probe_futex; a hit is one atomic add, and for the main thread (tid == tgid) a time
+ * stamp: the daemon reads "the main thread entered a futex wait N ms ago" to see a collective's
+ * wait loop (short timed waits) also at an instant when the thread is between two waits. A wait
+ * that returns without sleeping (the word had changed: EAGAIN) is not counted.
+ *   Why not at the system call: the tracepoint syscalls:sys_enter_futex (and raw_syscalls, any
+ * syscall tracepoint) sends every system call of every task of the machine through the
+ * kernel's slow path while it is attached, and fentry on futex_wait (no such tax: only futex
+ * waits pay the trampoline) is refused on some kernels (the development host answers EPERM for
+ * any fentry program) and costs every futex wait of the machine a trampoline where it works.
+ * A context switch is paid for anyway by the phase rules; the futex wait adds nothing for a
+ * task nobody follows (docs/benchmarks.md, "The tax on the rest of the node").
+ *
+ * WHO PAYS (docs/probes.md, "What is attached when"). Nothing of this object is attached while
+ * user space follows no process: the loader attaches the context-switch and thread-exit
+ * programs when the first process becomes followed and detaches them when the last is
+ * forgotten. While attached they run for every task of the machine, so each first tests the
+ * task's tgid in zernel_follow, a bitmap in .bss (one load, no map lookup), and a task of a
+ * process nobody follows leaves there: it never reaches a map or task-storage lookup and never
+ * gets storage. The GPU uprobes are attached per process (the kernel installs their breakpoints
+ * only in that process's memory), so another process that maps the same libcuda never traps.
  *
  * THREAD EXIT. The raw tracepoint sched_process_exit removes the exiting thread's entry (fixing
  * its process's in_sync if it died inside a sync: a killed process never returns), and when the
- * last thread of a process exits, the process's entries, so a reused pid starts clean.
+ * last thread of a process exits, the process's entries, so a reused pid starts clean. Threads of
+ * processes that are not followed leave at the bitmap; user space removes a forgotten process's
+ * entries itself.
  *
- * For these signals no ring buffer and no event per call: a sync costs two probe hits and a few map operations, a
- * futex wait of an untracked process one hash miss (docs/probes.md has the measurements).
+ * For these signals no ring buffer and no event per call: a sync costs two probe hits and a few
+ * map operations, a futex wait of a process nobody follows one bitmap test (docs/probes.md has
+ * the measurements).
  *
  * Known weaknesses and accepted races:
  *   - Threads of one process update its zernel_probe_proc entry concurrently. Counters and
@@ -102,6 +122,19 @@ struct {
 	__type(value, __u64);
 } zernel_probe_stats SEC(".maps");
 
+/*
+ * The processes user space follows, by tgid & ZERNEL_FOLLOW_MASK (probes.h). A plain global: its
+ * test is a load from a fixed address, cheaper than any map lookup, which is the point.
+ */
+__u64 zernel_follow[ZERNEL_FOLLOW_WORDS];
+
+static __always_inline bool followed(__u32 tgid)
+{
+	__u32 bit = tgid & ZERNEL_FOLLOW_MASK;
+
+	return zernel_follow[bit / 64] & (1ULL << (bit % 64));
+}
+
 static __always_inline void stat_inc(enum zernel_probe_stat stat)
 {
 	__u32 key = stat;
@@ -139,7 +172,6 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * user space names in zernel_phase_procs keeps its phase in task storage; the rules, by role:
  *
  *   rank (a GPU process), every thread:
- *     kernel launch in DataLoading or Unknown -> GpuCompute (the step's GPU part is queued)
  *     outermost GPU sync entry          -> GpuCompute; in OptimizerStep the thread stays there
  *                                          unless the sync outlasts zernel_sync_hyst_ns (the
  *                                          optimizer's own short syncs), and then it is
@@ -147,8 +179,9 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          return (the thread sleeps meanwhile: nothing is
  *                                          scheduled on a wrong phase)
  *     outermost GPU sync return         -> OptimizerStep (CPU work the GPU waits for)
- *     futex wait on an NCCL segment     -> NcclCollective (a shared mapping named nccl-*)
- *     that futex call returns           -> OptimizerStep
+ *     sleeps in a futex wait on an NCCL segment -> NcclCollective (a shared mapping named
+ *                                          nccl-*)
+ *     woken from it (runs again)        -> OptimizerStep
  *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
  *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
  *     a GPU sync and an NCCL wait       -> DataLoading (waiting for a batch)
@@ -164,26 +197,21 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * sync begun in OptimizerStep, an idle worker) are sent when they are known, with the earlier
  * time.
  *
- * COST. sched_switch runs for every context switch of the machine, tracked or not, so the
- * untracked path is the one to keep short:
- *   - while user space has named no process (zernel_phase_gen 0), every program returns after
- *     one load, before any lookup or clock read;
- *   - otherwise a thread that is not followed costs one task-storage lookup per program (prev
- *     and next at a switch): the first time a program that may create state sees it, its tgid
- *     is looked up in zernel_phase_procs and the answer "no role" is kept in its storage with
- *     zernel_phase_gen, which user space increments after every role it names; the hash lookup
- *     is repeated only when that moved. This gives every thread that switches a small storage
- *     entry (48 bytes of value, freed with the thread); a named process's threads are found
- *     at their next event, as before;
- *   - the clock is read only for a followed thread.
- * Measured (docs/benchmarks.md, "What the phase programs cost, after the untracked fast path"):
- * the switch program's own run time for an untracked thread went from about 230-260 ns to
- * 110-125 ns per switch, 80-90 ns while no process is named. Every futex wait of a tracked
- * process costs one VMA lookup.
+ * COST. sched_switch runs for every context switch of the machine while any process is followed,
+ * so the path of a task nobody follows is the one to keep short: it leaves at its tgid's bit in
+ * zernel_follow (prev's and next's), before any lookup or clock read, and gets no storage. A
+ * thread of a followed process looks its storage up; the first time a program that may create
+ * state sees it, its tgid is looked up in zernel_phase_procs, and storage is created only when
+ * the process has a role (a followed process without one, or an unfollowed one that shares its
+ * bit, pays that lookup at each event, and keeps no state). The clock is read only for a thread
+ * with a role. Every futex wait a rank thread sleeps in costs one VMA lookup. Measured:
+ * docs/benchmarks.md, "The tax on the rest of the node".
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
 const volatile __u64 zernel_idle_hyst_ns = 2000000;
 const volatile __u64 zernel_optimizer_max_ns = 200000000;
+/* Phases from events on: the rules below run and threads of named processes get storage. */
+const volatile __u8 zernel_phase_rules = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -231,12 +259,6 @@ static __always_inline void phase_set(struct zernel_phase_thread *st, struct tas
 		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT);
 }
 
-/*
- * Incremented by user space after every role it names (set_phase_role). 0 while no process has
- * ever been named: then no thread can have a phase and every program returns at once.
- */
-__u32 zernel_phase_gen;
-
 /* `*now`, read from the clock the first time it is needed. */
 static __always_inline __u64 now_of(__u64 *now)
 {
@@ -247,40 +269,28 @@ static __always_inline __u64 now_of(__u64 *now)
 
 /*
  * The thread's state; with `create`, made (Unknown since now) for a thread of a process that
- * has a role. NULL for the threads of other processes. A thread of another process seen with
- * `create` keeps the negative answer in its storage (role 0) with the generation it was read
- * at, so it costs one task-storage lookup until user space names a process again; the
- * generation is read before the role lookup, so a role named meanwhile is looked up once more,
- * never missed.
+ * has a role. NULL for the threads of other processes, which get no storage. Callers that run
+ * for every task have tested zernel_follow first.
  */
 static __always_inline struct zernel_phase_thread *phase_thread(struct task_struct *task,
 								bool create, __u64 *now)
 {
-	__u32 gen = *(volatile __u32 *)&zernel_phase_gen;
 	struct zernel_phase_thread *st;
 	struct zernel_phase_proc *pp;
 	__u32 tgid;
 
-	if (!gen)
-		return NULL;
 	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, 0);
-	if (st && st->role)
+	if (st || !create)
 		return st;
-	if (!create || (st && st->gen == gen))
-		return NULL;
 	tgid = BPF_CORE_READ(task, tgid);
 	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
-	if (!st)
-		st = bpf_task_storage_get(&zernel_phase_threads, task, 0,
-					  BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!st) {
-		if (pp)
-			stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
-		return NULL;
-	}
-	st->gen = gen;
 	if (!pp)
 		return NULL;
+	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
+		return NULL;
+	}
 	st->tgid = tgid;
 	st->role = (__u8)pp->role;
 	st->phase = ZERNEL_PROBE_PHASE_UNKNOWN;
@@ -335,33 +345,40 @@ static long nccl_vma(struct task_struct *task, struct vm_area_struct *vma, void 
 	return 0;
 }
 
-static __always_inline void phase_futex_wait(__u64 uaddr)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct zernel_phase_thread *st;
-	__u64 now = 0;
-	__u8 nccl = 0;
+/* A sleeping thread's system call, from the registers it entered the kernel with (x86-64). */
+struct zernel_sleep_call {
+	long nr;    /* syscall number; -1 none */
+	__u64 arg0; /* rdi: futex's uaddr */
+	__u64 arg1; /* rsi: futex's op */
+};
 
-	st = phase_thread(task, true, &now);
-	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
-		return;
-	if (bpf_find_vma(task, uaddr, nccl_vma, &nccl, 0) || !nccl)
-		return;
-	st->nccl_wait = 1;
-	phase_set(st, task, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE, ZERNEL_CAUSE_NCCL_WAIT,
-		  now_of(&now));
+static __always_inline struct zernel_sleep_call sleep_call(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	struct zernel_sleep_call c = {.nr = -1};
+
+	if (!regs)
+		return c;
+	c.nr = BPF_CORE_READ(regs, orig_ax);
+	c.arg0 = BPF_CORE_READ(regs, di);
+	c.arg1 = BPF_CORE_READ(regs, si);
+	return c;
+}
+
+/* futex(2) with one of the three wait ops (private and clock flags dropped). */
+static __always_inline bool is_futex_wait(const struct zernel_sleep_call *c)
+{
+	__u32 cmd = (__u32)c->arg1 & (__u32)ZERNEL_FUTEX_CMD_MASK;
+
+	return c->nr == 202 /* futex */ &&
+	       (cmd == ZERNEL_FUTEX_WAIT || cmd == ZERNEL_FUTEX_WAIT_BITSET ||
+		cmd == ZERNEL_FUTEX_WAIT_REQUEUE_PI);
 }
 
 /* A wait for a batch: the syscall a sleeping thread is in (x86-64 numbers). */
-static __always_inline bool in_data_wait(struct task_struct *task)
+static __always_inline bool is_data_wait(const struct zernel_sleep_call *c)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	long nr;
-
-	if (!regs)
-		return false;
-	nr = BPF_CORE_READ(regs, orig_ax);
-	switch (nr) {
+	switch (c->nr) {
 	case 0:	  /* read */
 	case 7:	  /* poll */
 	case 17:  /* pread64 */
@@ -381,23 +398,69 @@ static __always_inline bool in_data_wait(struct task_struct *task)
 	return false;
 }
 
+/* A thread of a followed process goes to sleep in a futex wait: counted for a tracked process. */
+static __always_inline void count_futex_wait(struct task_struct *task, __u64 *now)
+{
+	__u32 tgid = task->tgid;
+	struct zernel_probe_futex *f = bpf_map_lookup_elem(&zernel_probe_futex, &tgid);
+
+	if (!f) {
+		stat_inc(ZERNEL_PROBE_STAT_FUTEX_UNTRACKED);
+		return;
+	}
+	__sync_fetch_and_add(&f->waits, 1);
+	if (task->pid == tgid)
+		f->main_wait_ns = now_of(now); /* only the main thread writes it */
+	stat_inc(ZERNEL_PROBE_STAT_FUTEX_WAIT);
+}
+
+/*
+ * The context switch. While any process is followed it runs for every switch of the machine;
+ * prev and next of processes nobody follows leave at their bit in zernel_follow.
+ *
+ *   prev, a thread of a followed process, going to sleep (not preempted):
+ *     in futex(2) waiting          -> counted (zernel_probe_futex, when tracked); with phases, a
+ *                                     rank thread waiting on an nccl-* segment: NcclCollective
+ *     a rank's other rules and a worker's (PHASES FROM EVENTS above)
+ *   next, a thread of a followed process, about to run:
+ *     back from an NCCL wait       -> OptimizerStep
+ *     a worker back from a long sleep -> Unknown from then, DataLoading now
+ */
 SEC("tp_btf/sched_switch")
-int BPF_PROG(zernel_phase_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
 	bool sleeps = !preempt &&
 		      (prev_state & (ZERNEL_TASK_INTERRUPTIBLE | ZERNEL_TASK_UNINTERRUPTIBLE));
-	struct zernel_phase_thread *st;
-	__u64 now = 0; /* the clock is read only for a thread with a role */
+	struct zernel_sleep_call call = {.nr = -1};
+	struct zernel_phase_thread *st = NULL;
+	__u64 now = 0; /* the clock is read only when needed */
+	bool futex_wait = false;
+	__u8 nccl = 0;
 
-	st = phase_thread(prev, true, &now);
+	/* Tasks of processes nobody follows leave here: two loads, no lookup (COST above). */
+	if (!followed(prev->tgid))
+		goto next_task;
+	if (sleeps) {
+		call = sleep_call(prev);
+		futex_wait = is_futex_wait(&call);
+		if (futex_wait)
+			count_futex_wait(prev, &now);
+	}
+	if (zernel_phase_rules)
+		st = phase_thread(prev, true, &now);
 	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
+		if (futex_wait && !bpf_find_vma(prev, call.arg0, nccl_vma, &nccl, 0) && nccl) {
+			st->nccl_wait = 1;
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE,
+				  ZERNEL_CAUSE_NCCL_WAIT, now_of(&now));
+		}
 		if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP &&
 		    BPF_CORE_READ(prev, se.sum_exec_runtime) - st->runtime_at_since >
 			    zernel_optimizer_max_ns)
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN,
 				  ZERNEL_CAUSE_OPTIMIZER_BOUND, now_of(&now));
-		if (sleeps && !st->depth && !st->nccl_wait && in_data_wait(prev))
+		if (sleeps && !st->depth && !st->nccl_wait && is_data_wait(&call))
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT,
 				  now_of(&now));
 	} else if (st && st->role == ZERNEL_PHASE_ROLE_WORKER) {
@@ -407,8 +470,20 @@ int BPF_PROG(zernel_phase_switch, bool preempt, struct task_struct *prev, struct
 		st->sleep_ns = sleeps && (prev_state & ZERNEL_TASK_INTERRUPTIBLE) ? now : 0;
 	}
 
+next_task:
+	if (!zernel_phase_rules || !followed(next->tgid))
+		return 0;
 	st = phase_thread(next, false, &now);
-	if (st && st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
+	if (!st)
+		return 0;
+	if (st->nccl_wait) {
+		/* Woken from its NCCL futex wait: the call returns. */
+		st->nccl_wait = 0;
+		if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
+			phase_set(st, next, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP,
+				  ZERNEL_CAUSE_NCCL_DONE, now_of(&now));
+	}
+	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
 		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {
 			phase_set(st, next, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_WORKER_IDLE,
 				  st->sleep_ns);
@@ -419,41 +494,7 @@ int BPF_PROG(zernel_phase_switch, bool preempt, struct task_struct *prev, struct
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_exit_futex")
-int zernel_futex_exit(void *ctx)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct zernel_phase_thread *st;
-
-	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, 0);
-	if (!st || !st->nccl_wait)
-		return 0;
-	st->nccl_wait = 0;
-	if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
-		phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP, ZERNEL_CAUSE_NCCL_DONE,
-			  bpf_ktime_get_ns());
-	return 0;
-}
-
-/* A kernel launch (cuLaunchKernel*, the emulated driver's zfgEnqueueWork): after a data wait (or
- * from Unknown) the step's GPU part begins; launches in the optimizer or a collective change
- * nothing. */
-SEC("uprobe")
-int BPF_UPROBE(zernel_launch)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct zernel_phase_thread *st;
-	__u64 now = 0;
-
-	st = phase_thread(task, true, &now);
-	if (st && st->role == ZERNEL_PHASE_ROLE_RANK &&
-	    (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING || st->phase == ZERNEL_PROBE_PHASE_UNKNOWN))
-		phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LAUNCH,
-			  now_of(&now));
-	return 0;
-}
-
-SEC("uprobe")
+SEC("uprobe.multi")
 int BPF_UPROBE(zernel_sync_enter)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -506,7 +547,7 @@ int BPF_UPROBE(zernel_sync_enter)
 	return 0;
 }
 
-SEC("uretprobe")
+SEC("uretprobe.multi")
 int BPF_URETPROBE(zernel_sync_return)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -543,33 +584,6 @@ int BPF_URETPROBE(zernel_sync_return)
 	return 0;
 }
 
-SEC("tracepoint/syscalls/sys_enter_futex")
-int zernel_futex_enter(struct trace_event_raw_sys_enter *ctx)
-{
-	__u32 cmd = (__u32)ctx->args[1] & (__u32)ZERNEL_FUTEX_CMD_MASK;
-	struct zernel_probe_futex *f;
-	__u32 tgid, tid;
-	__u64 id;
-
-	if (cmd != ZERNEL_FUTEX_WAIT && cmd != ZERNEL_FUTEX_WAIT_BITSET &&
-	    cmd != ZERNEL_FUTEX_WAIT_REQUEUE_PI)
-		return 0;
-	phase_futex_wait((__u64)ctx->args[0]);
-	id = bpf_get_current_pid_tgid();
-	tgid = id >> 32;
-	tid = (__u32)id;
-	f = bpf_map_lookup_elem(&zernel_probe_futex, &tgid);
-	if (!f) {
-		stat_inc(ZERNEL_PROBE_STAT_FUTEX_UNTRACKED);
-		return 0;
-	}
-	__sync_fetch_and_add(&f->waits, 1);
-	if (tid == tgid)
-		f->main_wait_ns = bpf_ktime_get_ns(); /* only the main thread writes it */
-	stat_inc(ZERNEL_PROBE_STAT_FUTEX_WAIT);
-	return 0;
-}
-
 /* A raw tracepoint: attached by name, no tracefs needed. */
 SEC("raw_tp/sched_process_exit")
 int zernel_thread_exit(struct bpf_raw_tracepoint_args *ctx)
@@ -580,6 +594,8 @@ int zernel_thread_exit(struct bpf_raw_tracepoint_args *ctx)
 	struct zernel_probe_proc *p;
 	struct task_struct *task;
 
+	if (!followed(tgid))
+		return 0;
 	t = bpf_map_lookup_elem(&zernel_probe_threads, &tid);
 	if (t) {
 		if (t->depth > 0) {

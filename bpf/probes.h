@@ -15,6 +15,10 @@
  *                         and stamps)
  *   zernel_probe_stats    PERCPU_ARRAY key __u32 enum zernel_probe_stat -> __u64 (BPF counts,
  *                         loader sums)
+ *   zernel_follow         .bss __u64[ZERNEL_FOLLOW_WORDS]: bit (tgid & ZERNEL_FOLLOW_MASK) set
+ *                         while user space follows a process with that tgid (or another that
+ *                         shares its bit); every program that runs for all tasks tests it
+ *                         before any lookup (user space sets and clears, BPF reads)
  * All times are CLOCK_MONOTONIC ns (bpf_ktime_get_ns); CPU runtimes are the kernel's
  * se.sum_exec_runtime, the first field of /proc/PID/task/TID/schedstat.
  */
@@ -39,6 +43,11 @@ enum zernel_probe_limits {
 	ZERNEL_PROBE_MAX_THREADS = 65536, /* threads that have called a sync and not yet exited */
 	ZERNEL_PROBE_MAX_DEPTH = 64,	  /* sync calls nested in one thread (the kernel's
 					     uretprobe limit, MAX_URETPROBE_DEPTH, is 64 too) */
+	ZERNEL_FOLLOW_BITS = 65536,	  /* bits of zernel_follow: tgids are hashed onto them by
+					     their low 16 bits (a shared bit costs a task of an
+					     unfollowed process one lookup, never a wrong answer) */
+	ZERNEL_FOLLOW_MASK = ZERNEL_FOLLOW_BITS - 1,
+	ZERNEL_FOLLOW_WORDS = ZERNEL_FOLLOW_BITS / 64,
 };
 
 /* futex(2) operations, from include/uapi/linux/futex.h (vmlinux.h has no macros). */
@@ -143,9 +152,8 @@ ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 13,
  * Maps (names as in the skeleton):
  *   zernel_phase_procs    HASH          key __u32 tgid -> struct zernel_phase_proc (user space
  *                         inserts when discovery gives a process its role, deletes on forget)
- *   zernel_phase_threads  TASK_STORAGE  -> struct zernel_phase_thread (BPF only; role 0: a
- *                         thread seen not to belong to a named process, cached)
- *   zernel_phase_gen      .bss __u32    user space increments it after every role it names
+ *   zernel_phase_threads  TASK_STORAGE  -> struct zernel_phase_thread (BPF only; created only
+ *                         for the threads of a process with a role, so role is never 0)
  *   zernel_phase_events   RINGBUF       struct zernel_phase_event records (BPF writes, user
  *                         space consumes)
  */
@@ -181,7 +189,6 @@ enum zernel_phase_cause {
 	ZERNEL_CAUSE_WORKER_IDLE = 8,	  /* a worker slept at least the hysteresis: Unknown from
 					     when it fell asleep */
 	ZERNEL_CAUSE_OPTIMIZER_BOUND = 9, /* OptimizerStep ran longer than its bound: Unknown */
-	ZERNEL_CAUSE_LAUNCH = 10,	  /* a kernel launch after a data wait: GpuCompute */
 };
 
 /* Per tracked process. */
@@ -201,8 +208,7 @@ struct zernel_phase_thread {
 	__u8 role;		/* enum zernel_phase_role */
 	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
-	__u32 gen;		/* role 0 (a thread of a process with no role): the value of
-				   zernel_phase_gen that answer was read at */
+	__u32 pad;
 };
 
 /* One phase change, as the ring buffer carries it. */

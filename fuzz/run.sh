@@ -11,17 +11,19 @@ jobs=${JOBS:-2}
 cc=${CC_FUZZ:-clang-19}
 cxx=${CXX_FUZZ:-clang++-19}
 
+mkdir -p "$build"
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link,address,undefined" \
   -DZERNEL_FUZZ=ON -DZERNEL_BPF=OFF -DZERNEL_BUILD_TESTS=OFF -DZERNEL_BUILD_BENCH=OFF \
-  -DZERNEL_WERROR=OFF > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+  -DZERNEL_WERROR=OFF > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j"$jobs" --target zernel_fuzz_control_request zernel_fuzz_config \
-  zernel_fuzz_runtime_state
+  zernel_fuzz_runtime_state zernel_fuzz_http_request
 
 mkdir -p "$build/crashes"
 status=0
-for target in control_request:control config:config runtime_state:runtime_state; do
+for target in control_request:control config:config runtime_state:runtime_state \
+  http_request:http; do
   name=${target%%:*}
   corpus_seed=$repo/fuzz/corpus/${target##*:}
   work=$build/corpus/$name

@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev
+  # Boost.Beast's HTTP/1 parser (header-only): the HTTP front (src/telemetry/http_request.cpp)
+  libboost1.74-dev
   # gRPC and protobuf: the kubelet pod-resources client (src/collect/pod_resources.cpp, its
   # .proto compiled at build time) and tools/pod_resources_server
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
@@ -30,6 +32,9 @@ packages=(
   # VM tests (tests/vm): busybox-static initramfs, and the shared libraries of the QEMU 10 binary
   # that cmake/Bpf.cmake unpacks from bookworm-backports (all plain bookworm packages).
   busybox-static cpio
+  # stress-ng in the guest (tests/vm/kubelet_stress_test.sh adds it with its libraries): the
+  # sched_ext project's CI kind of stress (cpu, fork, affinity, switch, futex, yield).
+  stress-ng
   libaio1 libbpf1 libcapstone4 libfdt1 libfuse3-3 libglib2.0-0 libgnutls30 libibverbs1
   libjpeg62-turbo libnuma1 libpixman-1-0 libpmem1 libpng16-16 librdmacm1 libsasl2-2
   libseccomp2 libslirp0 liburing2 libvdeplug2
@@ -45,8 +50,8 @@ packages=(
 # would conflict with it).
 if ! command -v kubectl > /dev/null; then packages+=(kubernetes-client); fi
 
-# tracefs: the probes' futex and sched_switch tracepoints need it (a fresh machine may boot
-# without it mounted); the probes' unit and integration tests expect it.
+# tracefs: the probes no longer need it (BTF and raw tracepoints and uprobes attach without
+# it, docs/probes.md); kept mounted for perf and bpftool, and a fresh machine may boot without.
 if [[ $(id -u) -eq 0 ]] && ! mountpoint -q /sys/kernel/tracing; then
   mount -t tracefs nodev /sys/kernel/tracing && echo "setup: mounted tracefs on /sys/kernel/tracing"
 fi

@@ -24,7 +24,12 @@
 # trips; the statistics add two clock reads to every callback, so leave them off for the
 # headline figures), SCX_BENCH_CGROUP=1 (run the benchmark's processes in a cgroup two levels
 # below the root, /bench/pair, as a service of a systemd machine runs, instead of the root cgroup:
-# zernel counts a cgroup's threads in that cgroup's node, which the root cgroup's skip).
+# zernel counts a cgroup's threads in that cgroup's node, which the root cgroup's skip),
+# SCX_BENCH_PRODUCT=1 (the whole product against scx_simple, issue 21: a small training job on the
+# emulated GPU runs beside every arm, and an arm zernel_product runs zernel-scheduler --backend
+# sched_ext --emulated-gpu, probes and all, following it; with SCX_BENCH_BPFSTATS its probes' BPF
+# time per round trip is printed too), ZERNEL_VM_SMP (vCPUs, 2; 4 and 8 for the growth with the
+# CPU count, issue 24: bench/vm/scale.sh).
 # Placement: each pipe run also reports where the pair ran (same-CPU share of round trips,
 # migrations, involuntary switches; the guest adds IPIs per round trip). A run with both on one
 # CPU is about 20 % faster than one on two, and which a run gets is chance, for scx_simple as for
@@ -71,15 +76,17 @@ if [ -n "${SCX_BENCH_BASE:-}" ]; then
   base=(--add "$SCX_BENCH_BASE")
 fi
 [ -z "${SCX_BENCH_BPFSTATS:-}" ] || base+=(--add "$deps/bpf/bin/bpftool")
+[ -z "${SCX_BENCH_PRODUCT:-}" ] || base+=(--add "$build/lib")
 reps=${SCX_BENCH_REPS:-3}
 qemu_args=
 [ "${SCX_BENCH_ICOUNT:-1}" = 0 ] || qemu_args="-icount shift=0,sleep=off"
-echo "bench/vm: $reps rounds, ${qemu_args:-wall-clock time}"
+echo "bench/vm: $reps rounds, ${ZERNEL_VM_SMP:-2} vCPUs, ${qemu_args:-wall-clock time}"
 ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + reps * 60))} "$repo/tests/vm/run-in-vm.sh" \
   --add "$out/scx_simple" --add "$repo/tests/vm/scx_guest.sh" "${base[@]}" -- \
   sh -c "PATH=\$PATH:$out:$deps/bpf/bin SCX_BENCH_REPS=$reps SCX_BENCH_BASE='${SCX_BENCH_BASE:-}' \
     SCX_BENCH_PIPE=${SCX_BENCH_PIPE:-20000} SCX_BENCH_SCHEDS='${SCX_BENCH_SCHEDS:-}' \
     SCX_BENCH_BPFSTATS=${SCX_BENCH_BPFSTATS:-} SCX_BENCH_CGROUP=${SCX_BENCH_CGROUP:-} \
+    SCX_BENCH_PRODUCT=${SCX_BENCH_PRODUCT:-} \
     sh $repo/tests/vm/scx_guest.sh bench" |
   tee "$log"
 
@@ -182,3 +189,32 @@ if grep -q '^@@ bench [a-z_]* round [0-9]* bpf ' "$log"; then
           v[1], v[NR], c[1] / 10 }'
   done
 fi
+# Per callback (SCX_BENCH_BPFSTATS): the median over rounds of each callback's ns per call during
+# the pipe runs (and its calls per 100 round trips) and during the messaging runs, which keep every
+# CPU busy: what issue 24 compares from 2 to 8 vCPUs.
+if grep -q '^@@ bench [a-z_]* round [0-9]* \(prog\|msgprog\) ' "$log"; then
+  echo
+  echo "| scheduler | callback | pipe ns/call | pipe calls/100 round trips | msg ns/call | msg calls |"
+  echo "| --- | --- | --- | --- | --- | --- |"
+  awk "$awk_med"'
+    $1 == "@@" && $2 == "bench" && ($6 == "prog" || $6 == "msgprog") {
+      k = $3 SUBSEP $7; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+      if ($6 == "prog") { pn[k]++; pv[k, pn[k]] = $8; pc[k, pn[k]] = $10 }
+      else { mn[k]++; mv[k, mn[k]] = $8; mc[k, mn[k]] = $10 } }
+    END {
+      for (i = 1; i <= n; i++) {
+        k = order[i]; split(k, kk, SUBSEP)
+        delete a; delete b; delete c; delete d
+        for (j = 1; j <= pn[k]; j++) { a[j] = pv[k, j]; b[j] = pc[k, j] }
+        for (j = 1; j <= mn[k]; j++) { c[j] = mv[k, j]; d[j] = mc[k, j] }
+        printf "| %s | %s | %s | %s | %s | %s |\n", kk[1], kk[2], med(a, pn[k] + 0), med(b, pn[k] + 0),
+          med(c, mn[k] + 0), med(d, mn[k] + 0)
+      }
+    }' "$log"
+fi
+if grep -q '^@@ bench [a-z_]* round [0-9]* probes ' "$log"; then
+  echo
+  echo "probes (the daemon's BPF programs other than the scheduler) per pipe round trip, by round:"
+  sed -n 's/^@@ bench \([a-z_]*\) round \([0-9]*\) probes \(.*\)/  \1 round \2: \3/p' "$log"
+fi
+

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "common/clock.hpp"
 #include "policy/engine.hpp"
 #include "telemetry/phase_log.hpp"
 #include "telemetry/prometheus.hpp"
@@ -52,13 +53,6 @@ policy::TaskUpdate signals_for(Phase phase, std::uint64_t now_ns) {
       break;
   }
   return u;
-}
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace

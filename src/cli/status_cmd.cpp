@@ -91,6 +91,15 @@ std::string format_status_table(const nlohmann::json& status, bool with_timeline
       status.value("backend", "?"), status.value("tasks_total", 0ULL),
       status.value("tasks_ml", 0ULL), status.contains("tenants") ? status["tenants"].size() : 0,
       status.value("decisions", 0ULL), status.value("transitions", 0ULL));
+  // Why the backend acting is not the one asked for (daemon/backend_supervisor.hpp).
+  if (const std::string st = status.value("backend_state", "requested"); st != "requested") {
+    const auto text = [&](const char* key, const char* absent) {
+      auto it = status.find(key);
+      return it != status.end() && it->is_string() ? it->get<std::string>() : std::string(absent);
+    };
+    out += fmt::format("backend {} ({} asked for): {}\n", st, text("backend_requested", "?"),
+                       text("backend_reason", "no reason given"));
+  }
   out += fmt::format("{:>7} {:<16} {:<15} {:>4} {:>6} {:<12} {:>3} {:>4}", "PID", "COMM", "PHASE",
                      "PRIO", "WEIGHT", "TENANT", "GPU", "CPU");
   if (with_timeline) {

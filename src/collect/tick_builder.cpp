@@ -8,16 +8,10 @@
 
 #include "collect/sync_signals.hpp"
 #include "collect/wait_state.hpp"
+#include "common/clock.hpp"
 
 namespace zernel::collect {
 namespace {
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL) +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 SyncState sync_state(const ProbeSample& p, bool runnable, std::optional<std::uint32_t> nvml_util) {
   SyncState st;

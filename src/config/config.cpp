@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.hpp"
 #include "sys/trusted_file.hpp"
 
 namespace zernel::config {
@@ -27,11 +28,7 @@ constexpr std::size_t kMaxConfigBytes = std::size_t{4} * 1024 * 1024;
 constexpr std::int64_t kSettleNs = 200'000'000;
 constexpr int kMaxReads = 6;
 
-std::int64_t realtime_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+std::int64_t realtime_ns() { return static_cast<std::int64_t>(clock_ns(CLOCK_REALTIME)); }
 
 Result<std::string> read_file(const std::string& path) {
   std::int64_t wait_ns = 0;
@@ -66,6 +63,13 @@ Result<LoadedConfig> load_config_file(const std::string& path, bool missing_ok) 
   auto loaded = parse_config(*text, path);
   if (loaded) loaded->path = path;
   return loaded;
+}
+
+std::string default_runtime_state_file() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing in the program calls setenv.
+  const char* env = std::getenv(std::string(kRuntimeStateEnv).c_str());
+  if (env != nullptr && env[0] == '/') return env;
+  return "/var/lib/zernel/runtime-tenants.json";
 }
 
 ConfigPath resolve_config_path(std::optional<std::string> cli_path) {

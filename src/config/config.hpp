@@ -45,6 +45,12 @@ struct GeneralConfig {
   bool operator==(const GeneralConfig&) const = default;
 };
 
+inline constexpr std::string_view kRuntimeStateEnv = "ZERNEL_RUNTIME_STATE";
+// The default of [multi_tenant] runtime_state_file: $ZERNEL_RUNTIME_STATE when it holds an
+// absolute path (the tests give every daemon their own, tests/integration/lib.sh), else
+// /var/lib/zernel/runtime-tenants.json.
+std::string default_runtime_state_file();
+
 struct MultiTenantConfig {
   bool enabled = false;
   // The class of a [[tenants]] entry that names none.
@@ -58,7 +64,7 @@ struct MultiTenantConfig {
   // Where the tenants added and the processes assigned over the control socket are kept across
   // restarts (daemon/runtime_state.hpp); "" keeps them in memory only. Read at start-up; a
   // change takes effect after a restart.
-  std::string runtime_state_file = "/var/lib/zernel/runtime-tenants.json";
+  std::string runtime_state_file = default_runtime_state_file();
 
   bool operator==(const MultiTenantConfig&) const = default;
 };

@@ -5,10 +5,18 @@
 // The kernel may end our scheduler at any time (sched_ext: a watchdog stall, scx_bpf_error,
 // sysrq-S, hotplug); the backend's apply() then fails with ECANCELED and the machine is already
 // back on the default scheduler. The supervisor logs the exit, shuts the backend down (it restores
-// what it changed) and falls back to observe-only at once. When the exit asks for it
-// (Backend::retry_after_failure), it makes the backend again: at once for a restart request,
-// else after 1, 2, 4, 8 and 16 s; a restart that fails to load is retried on the same schedule.
-// After kMaxRestarts restarts it stays in observe mode and says so.
+// what it changed) and observes until it acts again:
+//   - an exit nobody asked to undo (an administrator's sysrq-S, our own unload): observe only from
+//     then on, as the administrator wanted the scheduler gone;
+//   - an exit that asks for a reload (Backend::retry_after_failure): the backend is made again, at
+//     once for a restart request, else after 1, 2, 4, 8 and 16 s;
+//   - an ejection a reload cannot cure: kMaxEjections ejections within kEjectionWindowNs, a reload
+//     that fails to load, or kMaxRestarts reloads over the daemon's life. The supervisor gives up
+//     on the ejected backend and continues with the userspace backend (kFallbackKind: nice, cgroup
+//     weights, affinity; it restores what it changed on exit, SIGTERM and, through its journal,
+//     after kill -9), so that the job stays protected; observe only if that cannot start either.
+//     It does not go back by itself: restarting the daemon tries the requested backend again.
+// mode() and reason() say which of these holds and why, for /metrics, /status and `status`.
 //
 // For /metrics it counts ejections by exit kind and restarts by outcome, and keeps the counters
 // of the backends it replaced, so that a backend's counters (Backend::counters) only grow over
@@ -19,6 +27,7 @@
 // backends come from a factory, so tests hand it fakes.
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,6 +48,21 @@ class BackendSupervisor {
 
   static constexpr std::uint32_t kMaxRestarts = 5;
   static constexpr std::uint64_t kFirstBackoffNs = 1'000'000'000ULL;  // doubled per restart
+  // This many ejections within the window: a reload does not cure what ends the scheduler (with
+  // the backoff above, three ejections each soon after its load take about 4 s).
+  static constexpr std::uint32_t kMaxEjections = 3;
+  static constexpr std::uint64_t kEjectionWindowNs = 600'000'000'000ULL;  // 10 min
+  // What stands in for a backend given up on.
+  static constexpr std::string_view kFallbackKind = "userspace";
+
+  // Which backend acts, relative to the one asked for.
+  enum class Mode : std::uint8_t {
+    requested,  // the backend start() made (for "auto": what it chose)
+    reloading,  // the kernel ended it; observing until its reload is due
+    fallback,   // given up on it after ejections a reload does not cure; kFallbackKind acts
+    observing,  // ended and not reloaded, and nothing stands in: observe only
+  };
+  static std::string_view mode_name(Mode m);
 
   explicit BackendSupervisor(Factory factory) : factory_(std::move(factory)) {}
   ~BackendSupervisor() { stop(); }
@@ -63,7 +87,14 @@ class BackendSupervisor {
   void stop();
 
   [[nodiscard]] const enforce::Backend& backend() const { return *backend_; }
+  // The backend acting now ("observe" while a reload is pending).
   [[nodiscard]] std::string_view name() const { return backend_->name(); }
+  // The kind start() was given ("auto", "sched_ext", ...).
+  [[nodiscard]] const std::string& requested() const { return requested_; }
+  [[nodiscard]] Mode mode() const { return mode_; }
+  // Why the backend acting is not the one requested, in a sentence (the last exit, what was
+  // decided); empty in Mode::requested.
+  [[nodiscard]] const std::string& reason() const { return reason_; }
   // Restarts attempted so far (successful or not).
   [[nodiscard]] std::uint32_t restarts() const { return restarts_; }
   // When the next restart is due; 0 when none is pending.
@@ -80,11 +111,19 @@ class BackendSupervisor {
  private:
   void on_ejected(std::uint64_t now_ns);
   void schedule_restart(std::uint64_t now_ns, enforce::Backend::Retry retry);
+  // Gives up on the ejected backend: kFallbackKind acts (Mode::fallback), or, when that cannot
+  // start, nothing does (Mode::observing). `why` is the sentence for reason().
+  void fall_back(const std::string& why);
 
   Factory factory_;
   std::unique_ptr<enforce::Backend> backend_;
-  std::string ejected_;              // the kind to make again
-  std::uint64_t restart_at_ns_ = 0;  // 0: no restart pending
+  std::string requested_;
+  Mode mode_ = Mode::requested;
+  std::string reason_;
+  std::string last_exit_;                 // the last ejection, as the backend described it
+  std::deque<std::uint64_t> ejected_at_;  // ejections within kEjectionWindowNs, oldest first
+  std::string ejected_;                   // the kind to make again
+  std::uint64_t restart_at_ns_ = 0;       // 0: no restart pending
   std::uint32_t restarts_ = 0;
   std::uint32_t failed_restarts_ = 0;
   CountByName ejections_;

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "common/clock.hpp"
 #include "daemon/control.hpp"
-#include "daemon/ticker.hpp"
 
 namespace zernel::daemon {
 
@@ -37,9 +37,9 @@ Result<json> control_call(const std::string& path, const std::string& request_li
   set_nonblock_cloexec(fd.get());
   const std::uint64_t timeout_ns =
       std::uint64_t{1'000'000} * static_cast<unsigned>(std::max(timeout_ms, 0));
-  const std::uint64_t deadline = monotonic_now_ns() + timeout_ns;
+  const std::uint64_t deadline = monotonic_ns() + timeout_ns;
   auto wait_for = [&](short events) -> bool {
-    const std::uint64_t now = monotonic_now_ns();
+    const std::uint64_t now = monotonic_ns();
     if (now >= deadline) return false;
     pollfd p{fd.get(), events, 0};
     return ::poll(&p, 1, static_cast<int>((deadline - now) / std::uint64_t{1'000'000}) + 1) > 0;

@@ -92,7 +92,7 @@ Result<void> Daemon::start() {
 Result<void> Daemon::run(int stop_fd, int reload_fd) {
   const Cadence cadence = cadence_of(opts_.config);
   tick_ns_ = cadence.period_ns;
-  const std::uint64_t start = monotonic_now_ns();
+  const std::uint64_t start = monotonic_ns();
   poll_processes(start);
   Ticker ticker(cadence.period_ns, start);
   auto wake = WakeSet::make(stop_fd, reload_fd, control_ ? control_->fd() : -1);
@@ -111,20 +111,20 @@ Result<void> Daemon::run(int stop_fd, int reload_fd) {
 
 void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence) {
   const std::uint64_t now = ticker.deadline_ns();
-  const std::uint64_t t0 = monotonic_now_ns();
+  const std::uint64_t t0 = monotonic_ns();
   nvml_procs_fresh_ = false;
   if (n % cadence.poll_every == 0) apply_pod_resources();
   follow_processes(now, n % cadence.poll_every == 0);
   sample_signals(now, n % cadence.publish_every == 0);
   backend_.maybe_restart(now);
-  if (control_) control_->expire(monotonic_now_ns());
+  if (control_) control_->expire(monotonic_ns());
   decide(now);
   if (trace_) finish_trace();
-  last_decision_ns_ = monotonic_now_ns() - t0;
+  last_decision_ns_ = monotonic_ns() - t0;
   decision_latency_.observe(last_decision_ns_);
   if (n % cadence.poll_every == 0) enforce::apply_power(power_.get(), engine_);
   if (n % cadence.publish_every == 0) publish(known_until_ns());
-  const std::uint64_t spent = monotonic_now_ns() - t0;
+  const std::uint64_t spent = monotonic_ns() - t0;
   stats_.ticks = ticker.ticks();
   stats_.skipped_ticks = ticker.skipped();
   stats_.max_tick_ns = std::max(stats_.max_tick_ns, spent);
@@ -141,7 +141,7 @@ void Daemon::decide(std::uint64_t now_ns) {
   engine_.schedule_all(now_ns, decisions_);
   // The log gets the time the change was committed, not the tick's deadline: a late tick
   // (a busy machine) samples later than its deadline, and the log must not claim it knew sooner.
-  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_now_ns() : now_ns;
+  const std::uint64_t committed_ns = phase_log_.is_open() || trace_ ? monotonic_ns() : now_ns;
   for (const policy::Decision& d : decisions_) {
     if (trace_) trace_->decision(committed_ns, d);
     if (!d.phase_changed) continue;
@@ -158,14 +158,16 @@ void Daemon::decide(std::uint64_t now_ns) {
 void Daemon::drop(std::uint32_t pid) {
 #ifdef ZERNEL_HAVE_PROBES
   if (probes_) {
-    if (auto it = tracked_.find(pid); it != tracked_.end() && it->second.probed) {
+    // A probed or roled process is followed by the probes until forgotten (docs/probes.md).
+    if (auto it = tracked_.find(pid);
+        it != tracked_.end() && (it->second.probed || it->second.event_role)) {
       probes_->forget(pid);
       (void)probes_->untrack(pid);
     }
   }
 #endif
   if (const policy::TaskState* s = engine_.task(pid)) {
-    const std::uint64_t now = monotonic_now_ns();
+    const std::uint64_t now = monotonic_ns();
     for (policy::Phase p : policy::kAllPhases) {
       dropped_phase_ns_[policy::index_of(p)] += s->time_in_phase(p, now);
     }
@@ -193,7 +195,7 @@ void Daemon::shutdown() {
   if (trace_ && control_) {  // a waiting `trace` client hears why, rather than a bare close
     control_->answer(trace_client_,
                      error_reply("the daemon is stopping; the trace was not completed"),
-                     monotonic_now_ns());
+                     monotonic_ns());
     trace_.reset();
   }
   control_.reset();  // closes and removes the socket

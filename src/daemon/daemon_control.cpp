@@ -58,7 +58,7 @@ void Daemon::service_wakeup(int reload_fd) {
           if (req.op == ControlOp::trace) return start_trace(req, who);
           return runtime_->handle(req);
         },
-        monotonic_now_ns());
+        monotonic_ns());
   }
 }
 

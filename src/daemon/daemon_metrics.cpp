@@ -9,7 +9,6 @@
 #include <spdlog/spdlog.h>
 
 #include "common/fd_budget.hpp"
-#include "common/version.hpp"
 #include "daemon/daemon.hpp"
 #include "intf.h"
 
@@ -53,8 +52,6 @@ void Daemon::account_tenant_cpu(std::uint32_t pid, std::optional<std::uint64_t> 
 
 void Daemon::add_metrics(telemetry::Snapshot& s) {
   s.hostname = node_name_;
-  s.version = kVersion;
-  s.commit = kCommit;
 
   if (auto c = backend_.counters()) {
     for (const auto& [name, value] : *c) s.backend_counters.push_back({name, value});
@@ -176,6 +173,9 @@ void Daemon::publish(std::uint64_t now_ns) {
 telemetry::Snapshot Daemon::snapshot(std::uint64_t now_ns) {
   telemetry::Snapshot s = telemetry::take_snapshot(engine_, now_ns, true);
   s.backend = std::string(backend_.name());
+  s.backend_requested = backend_.requested();
+  s.backend_state = BackendSupervisor::mode_name(backend_.mode());
+  s.backend_reason = backend_.reason();
   for (telemetry::TaskView& v : s.tasks) {
     if (auto it = tracked_.find(v.pid); it != tracked_.end()) v.comm = it->second.comm;
     v.tenant_share = backend_.backend().tenant_share_note(v.pid);
@@ -193,7 +193,7 @@ telemetry::Snapshot Daemon::status_snapshot() { return snapshot(known_until_ns()
 // counts until then): a later time would extend phases that events already drained since have
 // ended. Not the tick's deadline either: events drained in the tick may be dated after it.
 std::uint64_t Daemon::known_until_ns() const {
-  return phase_events_on_ && drained_at_ns_ != 0 ? drained_at_ns_ : monotonic_now_ns();
+  return phase_events_on_ && drained_at_ns_ != 0 ? drained_at_ns_ : monotonic_ns();
 }
 
 }  // namespace zernel::daemon

@@ -43,8 +43,6 @@ std::string_view cause_name(std::uint8_t cause) {
       return "worker_idle";
     case collect::PhaseCause::optimizer_bound:
       return "optimizer_bound";
-    case collect::PhaseCause::launch:
-      return "launch";
   }
   return "event";
 }
@@ -98,7 +96,7 @@ void Daemon::attach_probes([[maybe_unused]] std::uint32_t pid, [[maybe_unused]] 
     return;
   }
   if (*n == 0) {
-    // Nothing newly attached: either no libcuda mapped yet, or one attached for another process.
+    // Nothing newly attached: either no libcuda mapped yet, or its files are attached in it.
     auto maps = collect::probes::read_libcuda_mappings(opts_.proc_root, pid);
     if (!maps || maps->empty()) return;
   }
@@ -130,7 +128,7 @@ void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]]
   // samples it; the events take over from its next one).
   if (role == collect::PhaseRole::rank &&
       collect::read_main_thread_wait(opts_.proc_root, pid) == collect::MainThreadWait::input) {
-    const std::uint64_t now = monotonic_now_ns();
+    const std::uint64_t now = monotonic_ns();
     thread_phases_.record(pid, pid, policy::Phase::data_loading, now);
     commit_event_phase(pid, policy::Phase::data_loading, now);
   }
@@ -162,7 +160,7 @@ void Daemon::drain_phase_events() {
   if (!phase_events_on_ || !probes_) return;
   phase_events_.clear();
   probes_->drain_phase_events(phase_events_);
-  drained_at_ns_ = monotonic_now_ns();  // after the drain: the events sent before are in
+  drained_at_ns_ = monotonic_ns();  // after the drain: the events sent before are in
   for (const collect::PhaseEvent& e : phase_events_) {
     if (e.phase >= policy::kPhaseCount) continue;
     const auto phase = static_cast<policy::Phase>(e.phase);

@@ -8,18 +8,11 @@
 
 namespace zernel::daemon {
 
-std::uint64_t monotonic_now_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 Ticker::Ticker(std::uint64_t period_ns, std::uint64_t start_ns)
     : period_ns_(period_ns == 0 ? 1 : period_ns), next_(start_ns + period_ns_) {}
 
 bool Ticker::wait(int stop_fd) {
-  std::uint64_t now = monotonic_now_ns();
+  std::uint64_t now = monotonic_ns();
   if (now >= next_ + period_ns_) {
     // Overran at least one whole period: skip the deadlines already missed.
     const std::uint64_t missed = (now - next_) / period_ns_;
@@ -36,14 +29,14 @@ bool Ticker::wait(int stop_fd) {
       const int r = poll(&p, 1, ms);
       if (r > 0) return false;
     }
-    now = monotonic_now_ns();
+    now = monotonic_ns();
     if (now >= next_) break;
     if (next_ - now <= 2'000'000 || stop_fd < 0) {
       timespec ts{static_cast<time_t>(next_ / 1'000'000'000ULL),
                   static_cast<long>(next_ % 1'000'000'000ULL)};
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
       }
-      now = monotonic_now_ns();
+      now = monotonic_ns();
     }
   }
   deadline_ = next_;

@@ -10,12 +10,11 @@
 
 #include <cstdint>
 
+#include "common/clock.hpp"
 #include "common/result.hpp"
 #include "sys/unique_fd.hpp"
 
 namespace zernel::daemon {
-
-std::uint64_t monotonic_now_ns();
 
 class Ticker {
  public:

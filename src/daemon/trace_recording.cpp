@@ -13,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/clock.hpp"
 #include "daemon/daemon.hpp"
 #include "sys/file.hpp"
 
@@ -27,11 +28,7 @@ std::string read_comm(const std::string& proc_root, std::uint32_t pid, std::uint
 
 // CLOCK_REALTIME - CLOCK_MONOTONIC, from the closest of a few pairs of readings.
 std::int64_t realtime_offset_ns() {
-  const auto ns = [](clockid_t id) {
-    timespec ts{};
-    ::clock_gettime(id, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-  };
+  const auto ns = [](clockid_t id) { return static_cast<std::int64_t>(clock_ns(id)); };
   std::int64_t best_gap = INT64_MAX;
   std::int64_t offset = 0;
   for (int i = 0; i < 5; ++i) {
@@ -51,13 +48,13 @@ std::int64_t realtime_offset_ns() {
 std::optional<nlohmann::json> Daemon::start_trace(const ControlRequest& req,
                                                   ControlServer::Ticket who) {
   if (trace_ && control_ && control_->waiting(trace_client_)) {
-    const std::uint64_t now = monotonic_now_ns();
+    const std::uint64_t now = monotonic_ns();
     const std::uint64_t left =
         trace_->end_ns() > now ? (trace_->end_ns() - now) / 1'000'000'000 : 0;
     return error_reply("busy: another trace is being recorded (" + std::to_string(left + 1) +
                        " s left)");
   }
-  const std::uint64_t start = monotonic_now_ns();
+  const std::uint64_t start = monotonic_ns();
   trace_ = std::make_unique<telemetry::TraceRecorder>(
       start, start + std::uint64_t{req.seconds} * 1'000'000'000ULL);
   trace_client_ = who;
@@ -97,7 +94,7 @@ void Daemon::finish_trace() {
     trace_.reset();
     return;
   }
-  const std::uint64_t now = monotonic_now_ns();
+  const std::uint64_t now = monotonic_ns();
   if (now < trace_->end_ns()) return;
   const std::size_t events = trace_->events();
   telemetry::TraceData data = trace_->finish(realtime_offset_ns(), std::string(backend_.name()));

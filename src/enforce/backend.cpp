@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -34,6 +35,24 @@ std::unique_ptr<Backend> userspace_or_observe() {
   return observe();
 }
 
+#ifdef ZERNEL_HAVE_SCX
+// $ZERNEL_TEST_SCX_INJECT_ERROR_MS in ns; 0 when unset or empty.
+Result<std::uint64_t> injected_error_ns() {
+  const char* v = std::getenv(kScxInjectErrorEnv);
+  if (v == nullptr || *v == '\0') return std::uint64_t{0};
+  std::uint64_t ms = 0;
+  const std::string_view s(v);
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), ms);
+  if (ec != std::errc{} || end != s.data() + s.size() || ms == 0 || ms > 86'400'000) {
+    return Error(EINVAL, "$" + std::string(kScxInjectErrorEnv) + " = \"" + std::string(s) +
+                             "\": not a number of milliseconds (1 .. 86400000)");
+  }
+  spdlog::warn("${} = {}: the sched_ext scheduler will end itself {} ms after each load (tests)",
+               kScxInjectErrorEnv, ms, ms);
+  return ms * 1'000'000;
+}
+#endif
+
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
@@ -51,6 +70,9 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
     scx_opts.max_tasks = settings.max_tasks;
     scx_opts.allow_unenforced_cpu_max = settings.allow_unenforced_cpu_max;
     scx_opts.phase_map_fd = settings.phase_map_fd;
+    auto inject = injected_error_ns();
+    if (!inject) return inject.error();
+    scx_opts.inject_error_after_ns = *inject;
     auto scx = scx::ScxBackend::create(scx_opts);
     if (scx) return std::unique_ptr<Backend>(std::move(scx.value()));
     if (kind == "sched_ext") return scx.error();

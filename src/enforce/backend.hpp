@@ -89,6 +89,12 @@ namespace zernel::enforce {
 // ZERNEL_USERSPACE_CGROUP, which named them, is ignored (the constant stays for scripts and tests
 // that still set it).
 inline constexpr const char* kUserspaceJournalEnv = "ZERNEL_USERSPACE_JOURNAL";
+// Tests only: a number of milliseconds after which every sched_ext scheduler this process loads
+// ends itself with scx_bpf_error() ("injected error (test)"; the BPF knob inject_error_after_ns,
+// docs/sched-ext.md), so that the daemon's ejection handling and its fallback to the userspace
+// backend can be shown end to end (tests/vm/daemon_scx_test.sh). Unset or empty: never. A value
+// that is not a whole number of milliseconds (1 .. 86,400,000) is an error naming it.
+inline constexpr const char* kScxInjectErrorEnv = "ZERNEL_TEST_SCX_INJECT_ERROR_MS";
 inline constexpr const char* kUserspaceCgroupEnv = "ZERNEL_USERSPACE_CGROUP";
 
 // What make_backend passes on from the configuration.

@@ -25,6 +25,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/clock.hpp"
+#include "telemetry/http_request.hpp"
 #include "telemetry/prometheus.hpp"
 #include "telemetry/status_json.hpp"
 
@@ -62,151 +64,6 @@ std::string_view close_reason_label(HttpClose r) {
 }
 
 namespace {
-
-std::uint64_t now_ms() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1000 +
-         static_cast<std::uint64_t>(ts.tv_nsec) / 1'000'000;
-}
-
-bool is_token_char(char c) {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  return std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const auto x = static_cast<unsigned char>(a[i]);
-    const auto y = static_cast<unsigned char>(b[i]);
-    if (std::tolower(x) != std::tolower(y)) return false;
-  }
-  return true;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-bool has_token(std::string_view list, std::string_view token) {
-  while (!list.empty()) {
-    const std::size_t comma = std::min(list.find(','), list.size());
-    if (iequals(trim(list.substr(0, comma)), token)) return true;
-    list.remove_prefix(std::min(comma + 1, list.size()));
-  }
-  return false;
-}
-
-// One parsed request head.
-struct Request {
-  bool head_only = false;  // HEAD
-  std::string_view path;
-  bool keep_alive = true;
-};
-
-enum class Parse : std::uint8_t {
-  incomplete,
-  complete,
-  bad_request,
-  bad_method,
-  too_large,
-  has_body
-};
-
-// Parses the head at the start of `in`; on `complete`, `consumed` is its length. Lines end in
-// CRLF or LF; no obsolete line folding, no body.
-Parse parse_head(std::string_view in, const HttpLimits& lim, Request& req, std::size_t& consumed) {
-  // The end of the head: an empty line.
-  std::size_t end = std::string_view::npos;
-  std::size_t pos = 0;
-  std::uint32_t lines = 0;
-  while (pos < in.size()) {
-    const std::size_t nl = in.find('\n', pos);
-    if (nl == std::string_view::npos) break;
-    std::string_view line = in.substr(pos, nl - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    pos = nl + 1;
-    if (line.empty()) {
-      if (lines == 0) continue;  // RFC 9112 2.2: ignore empty lines before the request line
-      end = pos;
-      break;
-    }
-    if (++lines > lim.max_headers + 1) return Parse::too_large;
-  }
-  if (end == std::string_view::npos) {
-    return in.size() >= lim.max_head_bytes ? Parse::too_large : Parse::incomplete;
-  }
-  if (end > lim.max_head_bytes) return Parse::too_large;
-  consumed = end;
-
-  std::string_view head = in.substr(0, end);
-  auto next_line = [&head]() {
-    const std::size_t nl = head.find('\n');
-    std::string_view line = head.substr(0, nl);
-    head.remove_prefix(nl + 1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    return line;
-  };
-  std::string_view line;
-  do line = next_line();
-  while (line.empty());
-
-  // Request line: METHOD SP TARGET SP HTTP/1.x
-  const std::size_t sp1 = line.find(' ');
-  const std::size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
-      line.find(' ', sp2 + 1) != std::string_view::npos) {
-    return Parse::bad_request;
-  }
-  const std::string_view method = line.substr(0, sp1);
-  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  const std::string_view version = line.substr(sp2 + 1);
-  if (method.empty() || !std::all_of(method.begin(), method.end(), is_token_char)) {
-    return Parse::bad_request;
-  }
-  if (target.empty() || target.front() != '/') return Parse::bad_request;
-  for (const char c : target) {
-    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return Parse::bad_request;
-  }
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") return Parse::bad_request;
-  req.keep_alive = version == "HTTP/1.1";
-  req.path = target.substr(0, target.find('?'));
-
-  bool bad_method = false;
-  if (method == "HEAD") {
-    req.head_only = true;
-  } else if (method != "GET") {
-    bad_method = true;
-  }
-  bool body = false;
-  for (line = next_line(); !line.empty(); line = next_line()) {
-    if (line.front() == ' ' || line.front() == '\t') return Parse::bad_request;  // folding
-    const std::size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0) return Parse::bad_request;
-    const std::string_view name = line.substr(0, colon);
-    if (!std::all_of(name.begin(), name.end(), is_token_char)) return Parse::bad_request;
-    const std::string_view value = trim(line.substr(colon + 1));
-    for (const char c : value) {
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) {
-        return Parse::bad_request;
-      }
-    }
-    if (iequals(name, "Connection")) {
-      if (has_token(value, "close")) req.keep_alive = false;
-      if (has_token(value, "keep-alive")) req.keep_alive = true;
-    } else if (iequals(name, "Transfer-Encoding")) {
-      body = true;
-    } else if (iequals(name, "Content-Length")) {
-      if (value != "0") body = true;
-    }
-  }
-  if (bad_method) return Parse::bad_method;
-  if (body) return Parse::has_body;
-  return Parse::complete;
-}
 
 std::string status_line(int code) {
   switch (code) {
@@ -263,12 +120,18 @@ class HttpServer::Loop {
   struct Conn {
     std::string peer;      // the address's bytes: the per-peer cap's key
     std::string in;        // received, not yet parsed
-    std::string out_head;  // the response being written: head, then body
+    // The response being written: head, the shared body, then a tail of its own (/metrics: the
+    // server's counters, current at the request).
+    std::string out_head;
     std::shared_ptr<const std::string> body;
+    std::string out_tail;
     std::size_t sent = 0;
     bool writing = false;
     bool close_after = false;
     bool got_bytes = false;              // since waiting_since_ms
+    bool peer_done = false;              // the client shut its side: nothing more will come
+    bool lingering = false;              // answered for the last time; draining until EOF
+    std::size_t drained = 0;             // bytes read and dropped while lingering
     std::uint64_t waiting_since_ms = 0;  // accept, or the end of the last response
     std::uint64_t request_since_ms = 0;  // the head's deadline counts from here
     std::uint64_t write_since_ms = 0;
@@ -282,15 +145,26 @@ class HttpServer::Loop {
   static constexpr int kAcceptBatch = 16;
   void on_event(int fd, std::uint32_t events, std::uint64_t now);
   void process(int fd, Conn& c, std::uint64_t now);
-  void respond(int fd, Conn& c, const Request& req);
+  void respond(int fd, Conn& c, const HttpRequestHead& req);
   void fail(int fd, Conn& c, int code);
-  void start_write(int fd, Conn& c, std::string head, std::shared_ptr<const std::string> body);
+  void start_write(int fd, Conn& c, std::string head, std::shared_ptr<const std::string> body,
+                   std::string tail = {});
   // False when the connection was closed.
   bool write_more(int fd, Conn& c, std::uint64_t now);
   void close_conn(int fd, std::optional<HttpClose> why);
+  // After the last response: shut the writing side (the client sees the response, then EOF)
+  // and read and drop what the client still sends until it closes, kLingerMs pass or
+  // kLingerBytes were dropped. A close() with unread input sends a reset, which can destroy the
+  // response in flight and fails a client still sending (the reply to an oversized head, a
+  // body, a pipelined request). The byte cap keeps a client that streams without end (2 million
+  // headers) from having us read it for the whole 2 s.
+  void linger(int fd, Conn& c);
+  static constexpr std::uint64_t kLingerMs = 2000;
+  static constexpr std::size_t kLingerBytes = std::size_t{1} << 20;
   void sweep(std::uint64_t now);
   void count(HttpClose why) { closed[static_cast<std::size_t>(why)].fetch_add(1); }
   std::shared_ptr<const std::string> metrics_body();
+  std::string server_counters() const;
   std::shared_ptr<const std::string> status_body();
   void render_failed(const char* what, const std::exception& e);
 
@@ -316,7 +190,7 @@ void HttpServer::Loop::run() {
   std::array<epoll_event, 64> evs{};
   while (!stopping.load()) {
     const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 100);
-    const std::uint64_t now = now_ms();
+    const std::uint64_t now = monotonic_ms();
     bool accept = false;
     for (int i = 0; i < n; ++i) {
       const int fd = evs[static_cast<std::size_t>(i)].data.fd;
@@ -409,8 +283,10 @@ bool HttpServer::Loop::make_room(const std::string& peer, int newcomer) {
     for (const auto& [fd, c] : conns_) {
       if (fd == newcomer || c.writing) continue;
       if (!table_full && c.peer != peer) continue;  // the peer's own share is what is full
-      const std::pair<bool, std::uint64_t> key{
-          c.got_bytes, c.got_bytes ? c.request_since_ms : c.waiting_since_ms};
+      // A lingering connection has had its answer: it goes first (time 0).
+      const std::pair<bool, std::uint64_t> key{c.got_bytes, c.lingering   ? 0
+                                                            : c.got_bytes ? c.request_since_ms
+                                                                          : c.waiting_since_ms};
       if (victim < 0 || key < best) {
         best = key;
         victim = fd;
@@ -420,8 +296,9 @@ bool HttpServer::Loop::make_room(const std::string& peer, int newcomer) {
     // Its request may be waiting unread in the kernel (this pass of the loop has not reached
     // it yet): read and serve it instead, and look again.
     int pending = 0;
-    if (!best.first && ::ioctl(victim, FIONREAD, &pending) == 0 && pending > 0) {
-      on_event(victim, EPOLLIN, now_ms());
+    if (!best.first && !conns_.at(victim).lingering && ::ioctl(victim, FIONREAD, &pending) == 0 &&
+        pending > 0) {
+      on_event(victim, EPOLLIN, monotonic_ms());
       continue;
     }
     close_conn(victim, HttpClose::evicted);
@@ -432,6 +309,19 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
   auto it = conns_.find(fd);
   if (it == conns_.end()) return;
   Conn& c = it->second;
+  if (c.lingering) {
+    char buf[16384];
+    for (;;) {
+      const ssize_t r = ::read(fd, buf, sizeof(buf));
+      if (r > 0) c.drained += static_cast<std::size_t>(r);
+      if (r > 0 && c.drained <= kLingerBytes) continue;
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      // EOF or an error: nothing unread is left. Past kLingerBytes: enough, the rest may reset.
+      close_conn(fd, std::nullopt);
+      return;
+    }
+  }
   if (c.writing) {
     if ((events & (EPOLLERR | EPOLLHUP)) != 0) {
       close_conn(fd, std::nullopt);
@@ -458,6 +348,7 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
     }
     if (r == 0) {
       eof = true;
+      c.peer_done = true;
       break;
     }
     if (errno == EINTR) continue;
@@ -479,24 +370,24 @@ void HttpServer::Loop::on_event(int fd, std::uint32_t events, std::uint64_t now)
 void HttpServer::Loop::process(int fd, Conn& c, std::uint64_t now) {
   while (!c.writing) {
     if (c.in.empty()) return;
-    Request req;
+    HttpRequestHead req;
     std::size_t consumed = 0;
     switch (parse_head(c.in, lim_, req, consumed)) {
-      case Parse::incomplete:
+      case HttpParse::incomplete:
         return;
-      case Parse::too_large:
+      case HttpParse::too_large:
         fail(fd, c, 431);
         return;
-      case Parse::bad_request:
+      case HttpParse::bad_request:
         fail(fd, c, 400);
         return;
-      case Parse::bad_method:
+      case HttpParse::bad_method:
         fail(fd, c, 405);
         return;
-      case Parse::has_body:
+      case HttpParse::has_body:
         fail(fd, c, 413);
         return;
-      case Parse::complete:
+      case HttpParse::complete:
         break;
     }
     requests.fetch_add(1);
@@ -513,12 +404,14 @@ void HttpServer::Loop::process(int fd, Conn& c, std::uint64_t now) {
   }
 }
 
-void HttpServer::Loop::respond(int fd, Conn& c, const Request& req) {
+void HttpServer::Loop::respond(int fd, Conn& c, const HttpRequestHead& req) {
   int code = 200;
   std::shared_ptr<const std::string> body;
+  std::string tail;
   std::string_view type = "text/plain; charset=utf-8";
   if (req.path == "/metrics") {
     body = metrics_body();
+    if (body) tail = server_counters();
     type = "text/plain; version=0.0.4; charset=utf-8";
   } else if (req.path == "/status") {
     body = status_body();
@@ -539,10 +432,14 @@ void HttpServer::Loop::respond(int fd, Conn& c, const Request& req) {
   }
   c.close_after = !req.keep_alive;
   std::string head = status_line(code);
-  head += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type, body->size());
+  head +=
+      fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", type, body->size() + tail.size());
   head += c.close_after ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
-  if (req.head_only) body.reset();
-  start_write(fd, c, std::move(head), std::move(body));
+  if (req.head_only) {
+    body.reset();
+    tail.clear();
+  }
+  start_write(fd, c, std::move(head), std::move(body), std::move(tail));
 }
 
 void HttpServer::Loop::fail(int fd, Conn& c, int code) {
@@ -557,35 +454,39 @@ void HttpServer::Loop::fail(int fd, Conn& c, int code) {
   c.close_after = true;
   c.in.clear();
   start_write(fd, c, std::move(head), text(msg));
-  (void)write_more(fd, c, now_ms());
+  (void)write_more(fd, c, monotonic_ms());
 }
 
 void HttpServer::Loop::start_write(int fd, Conn& c, std::string head,
-                                   std::shared_ptr<const std::string> body) {
+                                   std::shared_ptr<const std::string> body, std::string tail) {
   c.out_head = std::move(head);
   c.body = std::move(body);
+  c.out_tail = std::move(tail);
   c.sent = 0;
   c.writing = true;
-  c.write_since_ms = now_ms();
+  c.write_since_ms = monotonic_ms();
   (void)fd;
 }
 
 bool HttpServer::Loop::write_more(int fd, Conn& c, std::uint64_t now) {
-  const std::size_t body_size = c.body ? c.body->size() : 0;
-  const std::size_t total = c.out_head.size() + body_size;
+  const std::array<std::string_view, 3> parts{
+      c.out_head, c.body ? std::string_view(*c.body) : std::string_view(), c.out_tail};
+  const std::size_t total = parts[0].size() + parts[1].size() + parts[2].size();
   while (c.sent < total) {
-    iovec iov[2];
-    int n = 0;
-    if (c.sent < c.out_head.size()) {
-      iov[n++] = {c.out_head.data() + c.sent, c.out_head.size() - c.sent};
-      if (body_size > 0) iov[n++] = {const_cast<char*>(c.body->data()), body_size};
-    } else {
-      const std::size_t off = c.sent - c.out_head.size();
-      iov[n++] = {const_cast<char*>(c.body->data()) + off, body_size - off};
+    std::array<iovec, 3> iov{};
+    std::size_t n = 0;
+    std::size_t skip = c.sent;  // bytes of the parts already sent
+    for (const std::string_view part : parts) {
+      if (skip >= part.size()) {
+        skip -= part.size();
+        continue;
+      }
+      iov[n++] = {const_cast<char*>(part.data() + skip), part.size() - skip};
+      skip = 0;
     }
     msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = static_cast<std::size_t>(n);
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = n;
     const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR) continue;
@@ -602,12 +503,13 @@ bool HttpServer::Loop::write_more(int fd, Conn& c, std::uint64_t now) {
     c.sent += static_cast<std::size_t>(w);
   }
   if (c.close_after) {
-    close_conn(fd, std::nullopt);
+    linger(fd, c);
     return false;
   }
   c.writing = false;
   c.body.reset();
   c.out_head.clear();
+  c.out_tail.clear();
   c.waiting_since_ms = now;
   c.request_since_ms = now;
   epoll_event ev{};
@@ -627,15 +529,39 @@ void HttpServer::Loop::close_conn(int fd, std::optional<HttpClose> why) {
   ::epoll_ctl(ep_, EPOLL_CTL_DEL, fd, nullptr);
   conns_.erase(it);
   open.store(conns_.size());  // before the close: a client that sees it closed sees the count
-  // Unread input would turn close() into a reset that can destroy a response still in flight;
-  // a final response is out (or abandoned), so a reset is acceptable here.
+  // With unread input this close() sends a reset: after a final response that is avoided by
+  // lingering first (linger()); what is closed here at once was abandoned (a deadline, an
+  // eviction, an error) or has nothing unread.
   ::close(fd);
 }
 
+void HttpServer::Loop::linger(int fd, Conn& c) {
+  // Nothing more can arrive, or the socket cannot be half-closed: a plain close sends no reset.
+  if (c.peer_done || ::shutdown(fd, SHUT_WR) != 0) {
+    close_conn(fd, std::nullopt);
+    return;
+  }
+  c.lingering = true;
+  c.writing = false;
+  c.got_bytes = false;
+  c.body.reset();
+  c.out_head.clear();
+  c.out_tail.clear();
+  c.in.clear();
+  c.waiting_since_ms = monotonic_ms();
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = fd;
+  ::epoll_ctl(ep_, EPOLL_CTL_MOD, fd, &ev);
+  on_event(fd, EPOLLIN, c.waiting_since_ms);  // what is already waiting; may close it
+}
+
 void HttpServer::Loop::sweep(std::uint64_t now) {
-  std::vector<std::pair<int, HttpClose>> expired;
+  std::vector<std::pair<int, std::optional<HttpClose>>> expired;
   for (const auto& [fd, c] : conns_) {
-    if (c.writing) {
+    if (c.lingering) {
+      if (now - c.waiting_since_ms > kLingerMs) expired.emplace_back(fd, std::nullopt);
+    } else if (c.writing) {
       if (now - c.write_since_ms > lim_.write_deadline_ms) {
         expired.emplace_back(fd, HttpClose::write_timeout);
       }
@@ -670,10 +596,12 @@ std::shared_ptr<const std::string> HttpServer::Loop::metrics_body() {
       return nullptr;
     }
   }
-  // The server's own counters: current, so not part of the cached rendering.
+  return metrics_;
+}
+
+// The server's own counters: current at each request, so sent after the shared rendering.
+std::string HttpServer::Loop::server_counters() const {
   std::string out;
-  out.reserve(metrics_->size() + 1024);
-  out += *metrics_;
   auto it = std::back_inserter(out);
   fmt::format_to(it,
                  "# HELP zernel_scheduler_http_connections Open HTTP connections.\n"
@@ -690,7 +618,7 @@ std::shared_ptr<const std::string> HttpServer::Loop::metrics_body() {
     fmt::format_to(it, "zernel_scheduler_http_closed_total{{reason=\"{}\"}} {}\n",
                    close_reason_label(static_cast<HttpClose>(i)), closed[i].load());
   }
-  return text(std::move(out));
+  return out;
 }
 
 std::shared_ptr<const std::string> HttpServer::Loop::status_body() {

@@ -23,10 +23,17 @@
 //     max_head_bytes and max_headers; a kept-alive connection idle for idle_timeout_ms is closed;
 //     a response must be taken by the client within write_deadline_ms;
 //   - a connection with a response pending is not read (pipelined requests wait in the kernel's
-//     socket buffer), so memory per connection is its head buffer plus one response, and the
-//     response bodies are rendered once per snapshot and shared by every connection;
+//     socket buffer), and the bodies of /metrics and /status are rendered once per snapshot and
+//     shared by every connection (/metrics ends with the server's own counters, a few hundred
+//     bytes written per request), so memory per connection is its head buffer, a response head
+//     and those counters;
 //   - a malformed request, a body, or any method but GET/HEAD is answered with a short fixed
-//     error and the connection closed at once; no internal error text reaches a client;
+//     error (telemetry/http_request.hpp is the parser); no internal error text reaches a client;
+//   - after a connection's last response (an error, Connection: close, the request cap) its
+//     writing side is shut and what the client still sends is read and dropped until it closes,
+//     for at most 2 s and 1 MiB (a lingering close): closing with unread input would send a
+//     reset, which can destroy the response in flight and fails a client that is still sending.
+//     A lingering connection is the first evicted when the table is full;
 //   - out of descriptors (EMFILE), accepting pauses for 100 ms instead of spinning.
 
 #include <array>

@@ -218,6 +218,15 @@ std::string render_prometheus(const Snapshot& s) {
   header(out, "zernel_scheduler_backend_info", "gauge", "The enforcement backend in use.");
   fmt::format_to(it, "zernel_scheduler_backend_info{{backend=\"{}\"}} 1\n",
                  escape_label_value(s.backend));
+  header(out, "zernel_scheduler_backend_state", "gauge",
+         "1 for the state the backend asked for (--backend, label requested) is in: requested (it "
+         "acts), reloading (the kernel ended it; observing until its reload), fallback (given up "
+         "on after ejections a reload does not cure; the userspace backend acts), observing "
+         "(ended, not reloaded, nothing stands in); 0 for the others.");
+  for (std::string_view st : {"requested", "reloading", "fallback", "observing"}) {
+    fmt::format_to(it, "zernel_scheduler_backend_state{{requested=\"{}\",state=\"{}\"}} {}\n",
+                   escape_label_value(s.backend_requested), st, s.backend_state == st ? 1 : 0);
+  }
 
   header(out, "zernel_scheduler_last_decision_latency_seconds", "gauge",
          "Time the last tick took from its start to its decisions handed to the backend.");

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.hpp"
 #include "policy/engine.hpp"
 #include "telemetry/thread_phases.hpp"
 
@@ -100,12 +101,20 @@ struct CollectorErrors {
 };
 
 struct Snapshot {
-  std::string backend = "observe";
+  std::string backend = "observe";  // the backend acting
+  // The daemon's --backend, whether that backend acts (the supervisor's mode: "requested",
+  // "reloading", "fallback", "observing"; daemon/backend_supervisor.hpp) and why not, in a
+  // sentence (empty when it does).
+  std::string backend_requested;
+  std::string backend_state = "requested";
+  std::string backend_reason;
   // The node's name for the Hostname label of GPU series (the daemon: $NODE_NAME, else
-  // gethostname), and the build (zernel_scheduler_build_info).
+  // gethostname).
   std::string hostname;
-  std::string version;
-  std::string commit;
+  // The build (zernel_scheduler_build_info): every snapshot carries it, whoever takes it (the
+  // daemon, --demo, a test).
+  std::string version = kVersion;
+  std::string commit = kCommit;
   std::uint64_t taken_at_ns = 0;
   std::uint64_t tasks_total = 0;
   std::uint64_t tasks_ml = 0;

@@ -52,7 +52,11 @@ nlohmann::json status_json(const Snapshot& s) {
     }
     tasks.push_back(std::move(task));
   }
+  const auto str_or_null = [](const std::string& v) { return v.empty() ? json(nullptr) : json(v); };
   return {{"backend", s.backend},
+          {"backend_requested", str_or_null(s.backend_requested)},
+          {"backend_state", s.backend_state},
+          {"backend_reason", str_or_null(valid_utf8(s.backend_reason))},
           {"taken_at_ns", s.taken_at_ns},
           {"decisions", s.decisions_total},
           {"transitions", s.phase_transitions_total},

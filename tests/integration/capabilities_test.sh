@@ -10,7 +10,6 @@
 # (sched-ext needs a kernel with sched_ext: the VM tests; not here.)
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 chmod 755 "$tmp"
 daemon=""
 cleanup() {

@@ -3,7 +3,6 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 BIN=${ZERNEL_BIN:-build/bin}/zernel-scheduler
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # expect CODE PATTERN -- CMD...: exit status CODE and combined output matching PATTERN (grep -E).
@@ -78,6 +77,11 @@ for phase in DataLoading GpuCompute OptimizerStep; do
   grep -q "$phase .*committed" "$tmp/demo.txt" && pass || fail "demo never committed $phase"
 done
 grep -q 'zernel_scheduler_decisions_total' "$tmp/demo.txt" && pass || fail "demo prints no metrics"
+# build_info names the build in every mode, the demo's sample included (it printed
+# version="",commit="" when only the daemon filled them in).
+version=$("$BIN" --version | awk '{print $2}')
+check "the demo's build_info carries version $version and a commit" \
+  "grep -qE '^zernel_scheduler_build_info\\{version=\"$version\",commit=\"[^\"]+\"' $tmp/demo.txt"
 python3 - "$tmp/phases.jsonl" <<'PY' && pass || fail "phase log is not the documented JSON lines"
 import json, sys
 lines = open(sys.argv[1]).read().splitlines()

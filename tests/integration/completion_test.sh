@@ -73,11 +73,11 @@ check "an option's value is not a subcommand: '--config status st' still offers 
 check "trace --clock values" "[[ \$(complete_words trace --clock '' | tr '\n' ' ') == 'monotonic realtime ' ]]"
 check "tenant add --class values" \
   "[[ \$(complete_words tenant add --class in | tr '\n' ' ') == 'inference interactive ' ]]"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-touch "$tmp/a.toml" "$tmp/b.toml"
-check "--config completes files" "[[ \$(complete_words --config $tmp/ | tr '\n' ' ') == '$tmp/a.toml $tmp/b.toml ' ]]"
-check "check-config's argument completes files" "[[ \$(complete_words check-config $tmp/a) == $tmp/a.toml ]]"
+mkdir "$tmp/c"
+touch "$tmp/c/a.toml" "$tmp/c/b.toml"
+check "--config completes files" "[[ \$(complete_words --config $tmp/c/ | tr '\n' ' ') == '$tmp/c/a.toml $tmp/c/b.toml ' ]]"
+check "check-config's argument completes files" "[[ \$(complete_words check-config $tmp/c/a) == $tmp/c/a.toml ]]"
 check "tenant assign --pid offers running pids (this shell's)" "complete_words tenant assign --pid $$ | grep -qx $$"
 check "no options of another subcommand: 'status --o' offers nothing" "[[ -z \$(complete_words status --o) ]]"
 

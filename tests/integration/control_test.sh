@@ -5,7 +5,6 @@
 # one, and status --json / top --once show the tracked processes.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 chmod 755 "$tmp"
 sock="$tmp/run/ctl.sock"
 daemon_pid=""
@@ -38,10 +37,7 @@ gpus = 2
 class = "training"
 TOML
 
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --control-socket "$sock" \
-  > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-for _ in $(seq 50); do [[ -S $sock ]] && break; sleep 0.1; done
+start_daemon --backend observe --control-socket "$sock"
 check "socket created 0600" "[[ \$(stat -c %a $sock) == 600 ]]"
 check "socket dir 0700 (root only)" "[[ \$(stat -c %a $tmp/run) == 700 ]]"
 

@@ -4,7 +4,6 @@
 # kernel.task_delayacct and exits 0 on SIGTERM.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-daemon-test-$$"
 daemon_pid=""
 cleanup() {

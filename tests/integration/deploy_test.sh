@@ -4,7 +4,6 @@
 # exists). The Kubernetes manifests: kustomize_test.sh; the installed unit: install_test.sh.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 Z="$BIN/zernel-scheduler"
 D="$SRC/deploy"
@@ -12,8 +11,9 @@ D="$SRC/deploy"
 check "check-config deploy/scheduler.toml" "\"$Z\" check-config \"$D/scheduler.toml\" > $tmp/check.txt 2>&1"
 check "deploy/scheduler.toml gives no warnings" "! grep -q warning $tmp/check.txt"
 : > "$tmp/empty.toml"
-"$Z" --config "$tmp/empty.toml" --dump-config > "$tmp/defaults.toml" 2>/dev/null
-"$Z" --config "$D/scheduler.toml" --dump-config > "$tmp/example.toml" 2>/dev/null
+# The built-in defaults: without lib.sh's $ZERNEL_RUNTIME_STATE, which moves one of them.
+env -u ZERNEL_RUNTIME_STATE "$Z" --config "$tmp/empty.toml" --dump-config > "$tmp/defaults.toml" 2>/dev/null
+env -u ZERNEL_RUNTIME_STATE "$Z" --config "$D/scheduler.toml" --dump-config > "$tmp/example.toml" 2>/dev/null
 check "deploy/scheduler.toml is the defaults" "cmp -s $tmp/defaults.toml $tmp/example.toml"
 check "deploy/scheduler.toml has every key of --dump-config" \
   "diff <(grep -E '^[a-z_]+ = ' $tmp/defaults.toml) <(grep -E '^[a-z_]+ = ' \"$D/scheduler.toml\") > /dev/null"

@@ -8,7 +8,6 @@
 # Needs root (BPF probes, /proc/PID/syscall), the emulated GPU and python3; prints SKIP without.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-detection-test-$$"
 daemon_pid=""
 wl_pid=""

@@ -1,12 +1,10 @@
 # Sourced by the hardening tests (http_abuse_test.sh, hardening_test.sh) after lib.sh: one daemon
-# in observe mode on a free port with a private control socket and settings journal under $tmp,
-# and the checks every attack ends with (issue 11): scrapes answered within 1 s, the loop still
-# ticking, RSS under a bound, and exit on SIGTERM within 2 s.
-# Needs: $tmp (a fresh mktemp -d). Sets: port, daemon_pid, sock.
+# in observe mode on a free port with a private control socket (lib.sh moves the journals under
+# $tmp/run), and the checks every attack ends with (issue 11): scrapes answered within 1 s, the
+# loop still ticking, RSS under a bound, and exit on SIGTERM within 2 s.
+# Sets: port, daemon_pid, sock.
 daemon_pid=""
 sock="$tmp/run/ctl.sock"
-export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
-export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
 RSS_LIMIT_KB=${RSS_LIMIT_KB:-65536}
 
 write_config() {  # write_config FILE [extra TOML]
@@ -26,19 +24,12 @@ TOML
   chmod 0644 "$1"
 }
 
-# start_daemon LOG [extra args]: the daemon with $tmp/config.toml; waits for /metrics (5 s).
-start_daemon() {
+# start_observer LOG [extra args]: lib.sh's launch_daemon in observe mode with $tmp/config.toml
+# and the control socket $sock, logging to LOG.
+start_observer() {
   local log=$1
   shift
-  "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe \
-    --control-socket "$sock" "$@" > "$log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 50); do
-    curl -sf -m 1 "http://127.0.0.1:$port/metrics" > /dev/null && return 0
-    kill -0 "$daemon_pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
+  daemon_log=$log daemon_wait=5 launch_daemon --backend observe --control-socket "$sock" "$@"
 }
 
 ticks() {

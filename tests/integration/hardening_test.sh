@@ -8,7 +8,6 @@
 # 1 s, keeps ticking, stays under a memory bound and exits on SIGTERM within 2 s.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 . "$(dirname "$0")/hardening_lib.sh"
 pids=()
 acct_file=/proc/sys/kernel/task_delayacct
@@ -32,7 +31,7 @@ gpus = 1'
 Z() { "$BIN/zernel-scheduler" "$@"; }
 
 # ---- the control socket cannot be locked ----
-start_daemon "$tmp/d1.log" || fail "daemon did not start: $(tail -3 "$tmp/d1.log")"
+start_observer "$tmp/d1.log" || fail "daemon did not start: $(tail -3 "$tmp/d1.log")"
 chmod 755 "$tmp" "$tmp/run"  # the socket's modes widened: uid 65534 can connect
 chmod 666 "$sock"
 python3 - "$sock" > "$tmp/lock.txt" 2>&1 <<'PY' &
@@ -182,7 +181,7 @@ chmod 0666 "$ZERNEL_USERSPACE_JOURNAL"
 echo precious > "$tmp/victim.txt"
 ln -s "$tmp/victim.txt" "$ZERNEL_SETTINGS_JOURNAL.tmp"
 [[ -w $acct_file ]] && echo 0 > $acct_file
-start_daemon "$tmp/d2.log" || fail "daemon 2 did not start: $(tail -3 "$tmp/d2.log")"
+start_observer "$tmp/d2.log" || fail "daemon 2 did not start: $(tail -3 "$tmp/d2.log")"
 check "the forged userspace journal is refused with the reason" \
   "grep -qE 'userspace journal: .*(owned by uid 65534|writable by others)' $tmp/d2.log"
 check "the process it names keeps nice 0 and its CPUs (got $(ps -o ni= -p "$victim" | tr -d ' '))" \

@@ -7,7 +7,6 @@
 # and /status answer, stopped with SIGTERM. Prints how long the build took and the sizes.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 daemon=""
 cleanup() {
   [[ -n $daemon ]] && kill "$daemon" 2> /dev/null

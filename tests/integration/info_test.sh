@@ -4,7 +4,6 @@
 # GPU's NVML lists its GPUs with bus ids.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-info-test-$$"
 cleanup() {
   rm -rf "$tmp"

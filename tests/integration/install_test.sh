@@ -6,7 +6,6 @@
 # renders and has a section for every subcommand.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 build=$(cd "$BIN/.." && pwd)
 [[ -f $build/cmake_install.cmake ]] || skip "$build is not a configured CMake build tree"

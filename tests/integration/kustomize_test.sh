@@ -8,7 +8,6 @@
 # KUBECTL=path picks the kubectl (default: the one on PATH).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 Z="$BIN/zernel-scheduler"
 K=${KUBECTL:-kubectl}

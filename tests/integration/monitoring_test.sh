@@ -17,7 +17,6 @@ set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 MON=$SRC/deploy/monitoring
 DASHBOARD=$MON/grafana/zernel-dashboard.json
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-monitoring-test-$$"
 daemon_pid="" prom_pid="" dcgm_pid="" job_pid=""
 cleanup() {

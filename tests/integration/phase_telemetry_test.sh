@@ -12,9 +12,7 @@
 # About 15 s.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-phase-telemetry-test-$$"
-export ZERNEL_SETTINGS_JOURNAL="$tmp/settings.journal" ZERNEL_USERSPACE_JOURNAL="$tmp/userspace.journal"
 daemon_pid=""
 wl=""
 cleanup() {
@@ -32,8 +30,6 @@ port=$(free_port)
 cat > "$tmp/config.toml" <<TOML
 [telemetry]
 metrics_port = $port
-[multi_tenant]
-runtime_state_file = "$tmp/runtime-tenants.json"
 TOML
 sock="$tmp/ctl.sock"
 daemon_wait=20 start_daemon --backend observe --emulated-gpu --control-socket "$sock" \

@@ -14,7 +14,6 @@ set -uo pipefail
 cg2=$(awk '$9 == "cgroup2" && $4 == "/" { print $5; exit }' /proc/self/mountinfo)
 [[ -n $cg2 && -w $cg2 ]] || skip "no writable cgroup v2 hierarchy"
 
-tmp=$(mktemp -d)
 chmod 755 "$tmp"
 sock="$tmp/ctl.sock"
 kubelet="$tmp/kubelet.sock"
@@ -117,10 +116,7 @@ pod_process "$uid1" train-0 GPU-a,GPU-b
 pod_process "$uid2" infer-0 GPU-r
 start_server
 
-"$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend observe --control-socket "$sock" \
-  > "$tmp/daemon.log" 2>&1 &
-daemon_pid=$!
-wait_for 5 "[[ -S $sock ]]" || fail "daemon did not create its control socket"
+start_daemon --backend observe --control-socket "$sock"
 
 # --- pods appear -----------------------------------------------------------------------------
 wait_for 10 "row k8s:team-a:train-0 | grep -q kubelet" || fail "train-0 never became a tenant"

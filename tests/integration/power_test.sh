@@ -17,7 +17,6 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 FAKE_NVML="$BIN/../lib/fake/libnvidia-ml.so.1"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-power-test-$$"
 export ZERNEL_FAKE_GPU_COUNT=2
 # The setters need root, as on the real driver; unprivileged, use the emulator's equivalent of
@@ -102,20 +101,14 @@ write_config() {
   } > "$tmp/$name.toml"
 }
 
-# start_daemon NAME: runs the daemon with $tmp/NAME.toml, logging to $tmp/NAME.log; waits (up to
-# 30 s) until it serves /metrics and has set up power management (the daemon does that last).
-start_daemon() {
+# start_run NAME: lib.sh's launch_daemon with $tmp/NAME.toml, logging to $tmp/NAME.log; waits (up
+# to 30 s) until it serves /metrics and has set up power management (the daemon does that last).
+start_run() {
   local name=$1
-  "$BIN/zernel-scheduler" --config "$tmp/$name.toml" --backend observe --emulated-gpu \
-    --control-socket "$tmp/$name.sock" > "$tmp/$name.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 300); do
-    curl -sf "http://127.0.0.1:$port/metrics" > /dev/null &&
-      grep -q 'power management' "$tmp/$name.log" && return 0
-    kill -0 "$daemon_pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
+  daemon_config=$tmp/$name.toml daemon_log=$tmp/$name.log daemon_wait=30 launch_daemon \
+    --backend observe --emulated-gpu --control-socket "$tmp/$name.sock" &&
+    wait_for 30 "grep -q 'power management' $tmp/$name.log || ! kill -0 $daemon_pid 2>/dev/null" &&
+    kill -0 "$daemon_pid" 2>/dev/null
 }
 
 # reap PID SECONDS: waits for a child to exit (SIGKILL after SECONDS); sets $rc.
@@ -163,7 +156,7 @@ check "GPU 1 starts at the non-default 1800 MHz / 650 W (got $before)" \
 
 # ---- 1. the daemon lowers a GPU's clock and power limit while the job waits for data
 write_config on
-if ! start_daemon on; then
+if ! start_run on; then
   fail "daemon (power on) did not start"
   cat "$tmp/on.log"
   summary
@@ -232,7 +225,7 @@ stop_workload
 
 # ---- 3. dry run: logs what it would do, changes nothing
 write_config dry "dry_run = true"
-if start_daemon dry; then pass; else fail "daemon (dry run) did not start"; fi
+if start_run dry; then pass; else fail "daemon (dry run) did not start"; fi
 check "log says dry run" "grep -q 'power management (dry run: logs changes, makes none)' $tmp/dry.log"
 start_workload dry
 changed=""
@@ -275,7 +268,7 @@ write_config kill
 killed=""
 killed_pid=""
 for attempt in 1 2 3; do  # the job may leave DataLoading between the read and the kill: retry
-  start_daemon kill || { fail "daemon (kill -9 run $attempt) did not start"; break; }
+  start_run kill || { fail "daemon (kill -9 run $attempt) did not start"; break; }
   [[ -z $wl_pid ]] && start_workload kill
   for _ in $(seq 150); do
     now=$(gpu get)
@@ -313,7 +306,7 @@ fi
 
 # The next daemon (no job running: nothing to change) restores at its start, and stops on SIGTERM.
 write_config next
-if start_daemon next; then pass; else fail "daemon after kill -9 did not start"; fi
+if start_run next; then pass; else fail "daemon after kill -9 did not start"; fi
 check "the next daemon logs 'restored N settings left by daemon $killed_pid (not stopped cleanly)'" \
   "grep -qE 'restored [0-9]+ settings left by daemon $killed_pid \(not stopped cleanly\)' $tmp/next.log"
 now=$(gpu get)

@@ -6,7 +6,6 @@
 # installs Debian's `prometheus` package).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-prom-test-$$"
 daemon_pid=""
 prom_pid=""

@@ -8,7 +8,6 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 SCRIPT=$SRC/bench/protection.sh
-tmp=$(mktemp -d)
 probe_pid=""
 cleanup() {
   [[ -n $probe_pid ]] && kill -KILL "$probe_pid" 2>/dev/null
@@ -35,14 +34,10 @@ check "a missing binary exits 1 and is named (got $rc)" \
 arms=solo,stock,nice19,zernel
 port=$(free_port)
 printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/probe.toml"
-ZERNEL_FAKE_GPU_SHM=/zernel-protection-probe-$$ "$BIN/zernel-scheduler" --config "$tmp/probe.toml" \
-  --backend userspace --emulated-gpu --control-socket "$tmp/probe.sock" > "$tmp/probe.log" 2>&1 &
-probe_pid=$!
-for _ in $(seq 30); do
-  kill -0 "$probe_pid" 2>/dev/null || break
-  curl -sf "http://127.0.0.1:$port/metrics" > /dev/null && break
-  sleep 0.1
-done
+daemon_config=$tmp/probe.toml daemon_log=$tmp/probe.log daemon_wait=3 \
+  daemon_prefix="env ZERNEL_FAKE_GPU_SHM=/zernel-protection-probe-$$" launch_daemon \
+  --backend userspace --emulated-gpu --control-socket "$tmp/probe.sock"
+probe_pid=$daemon_pid daemon_pid=""
 kill -TERM "$probe_pid" 2>/dev/null
 wait "$probe_pid" 2>/dev/null
 probe_pid=""

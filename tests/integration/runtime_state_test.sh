@@ -6,7 +6,6 @@
 # tenant of the same id wins; a world-writable (forged) or truncated file is logged and ignored.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 chmod 755 "$tmp"
 sock="$tmp/run/ctl.sock"
 state="$tmp/lib/zernel/runtime-tenants.json"
@@ -48,11 +47,9 @@ ${2:-}
 TOML
 }
 
-start_daemon() {  # start_daemon LOG [CONFIG]
-  "$BIN/zernel-scheduler" --config "${2:-$tmp/config.toml}" --backend observe \
-    --control-socket "$sock" > "$1" 2>&1 &
-  daemon_pid=$!
-  wait_for 5 "[[ -S $sock ]]" || fail "daemon did not create its socket ($1)"
+start_observer() {  # start_observer LOG [CONFIG]: lib.sh's launch_daemon
+  daemon_log=$1 daemon_config=${2:-$tmp/config.toml} launch_daemon --backend observe \
+    --control-socket "$sock" || fail "daemon did not start and create its socket ($1)"
 }
 
 stop_daemon() {  # stop_daemon SIGNAL
@@ -67,7 +64,7 @@ list_has() {  # list_has FILE REGEX
 }
 
 write_config "$tmp/config.toml"
-start_daemon "$tmp/d1.log"
+start_observer "$tmp/d1.log"
 check "first start: no state file yet, said so" "grep -q 'runtime tenants: no $state' $tmp/d1.log"
 Z tenant add --id team-a --gpus 4 --class inference --cpu-weight 1.5 --socket "$sock" > /dev/null 2>&1
 check "tenant add exits 0" "[[ $? -eq 0 ]]"
@@ -80,7 +77,7 @@ check "state dir created 0700" "[[ \$(stat -c %a $tmp/lib/zernel) == 700 ]]"
 check "state file names team-a and the pid" "grep -q '\"team-a\"' $state && grep -q '\"pid\":$sleeper' $state"
 
 stop_daemon TERM
-start_daemon "$tmp/d2.log"
+start_observer "$tmp/d2.log"
 Z tenant list --socket "$sock" > "$tmp/list2.txt" 2>&1
 check "after SIGTERM and a restart: team-a is listed" "list_has $tmp/list2.txt '^team-a +4 +inference +1.50'"
 check "after SIGTERM and a restart: from-config is listed" "list_has $tmp/list2.txt '^from-config'"
@@ -96,7 +93,7 @@ PY
 
 Z tenant add --id team-b --gpus 1 --class background --socket "$sock" > /dev/null 2>&1
 stop_daemon KILL
-start_daemon "$tmp/d3.log"
+start_observer "$tmp/d3.log"
 Z tenant list --socket "$sock" > "$tmp/list3.txt" 2>&1
 check "after SIGKILL and a restart: team-a and team-b are listed" \
   "list_has $tmp/list3.txt '^team-a +4' && list_has $tmp/list3.txt '^team-b +1 +background'"
@@ -114,7 +111,7 @@ write_config "$tmp/config-wins.toml" '
 id = "team-a"
 gpus = 7
 class = "training"'
-start_daemon "$tmp/d4.log" "$tmp/config-wins.toml"
+start_observer "$tmp/d4.log" "$tmp/config-wins.toml"
 Z tenant list --socket "$sock" > "$tmp/list4.txt" 2>&1
 check "a config tenant of the same id wins" "list_has $tmp/list4.txt '^team-a +7 +training'"
 check "and the daemon says so" "grep -q 'defined by the configuration, which wins' $tmp/d4.log"
@@ -123,7 +120,7 @@ stop_daemon TERM
 # A forged (world-writable) file is refused, logged and ignored: the daemon starts.
 cp "$state" "$tmp/state.good"
 chmod 0666 "$state"
-start_daemon "$tmp/d5.log"
+start_observer "$tmp/d5.log"
 Z tenant list --socket "$sock" > "$tmp/list5.txt" 2>&1
 check "world-writable state file: logged and ignored" \
   "grep -q 'writable by others' $tmp/d5.log && grep -q 'ignored' $tmp/d5.log && ! list_has $tmp/list5.txt '^team-a'"
@@ -133,7 +130,7 @@ stop_daemon TERM
 # A truncated file (a crash cannot make one; a hand edit can): logged and ignored.
 head -c 40 "$tmp/state.good" > "$state"
 chmod 0600 "$state"
-start_daemon "$tmp/d6.log"
+start_observer "$tmp/d6.log"
 Z tenant list --socket "$sock" > "$tmp/list6.txt" 2>&1
 check "truncated state file: logged and ignored" \
   "grep -q 'not valid JSON' $tmp/d6.log && ! list_has $tmp/list6.txt '^team-a'"

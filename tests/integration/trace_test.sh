@@ -11,7 +11,6 @@
 # socket, probes).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-trace-test-$$"
 export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
 sock="$tmp/run/ctl.sock"

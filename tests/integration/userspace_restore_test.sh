@@ -12,7 +12,6 @@
 # that may run on this machine.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
 export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
 daemon_pid=""
@@ -109,12 +108,9 @@ all_threads_below() {  # pid nice
     (($(awk '{print $19}' "/proc/$1/task/$t/stat") < $2)) || return 1
   done
 }
-start_daemon() {  # log name, backend
+start_run() {  # log name, backend: lib.sh's launch_daemon
   rm -f "$tmp/ctl.sock"
-  "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend "$2" \
-    --control-socket "$tmp/ctl.sock" > "$tmp/$1.log" 2>&1 &
-  daemon_pid=$!
-  wait_for 10 "[[ -S $tmp/ctl.sock ]]"
+  daemon_log=$tmp/$1.log launch_daemon --backend "$2" --control-socket "$tmp/ctl.sock"
 }
 assign() {
   "$BIN/zernel-scheduler" tenant assign --pid "$1" --tenant big --socket "$tmp/ctl.sock" > /dev/null
@@ -132,7 +128,7 @@ crash_round() {  # name
   wait_for 10 "[[ \$(nthreads $q) -ge 2 ]]"
   q_before=$(thread_state "$q")
   p_path=$(cpu_path "$p")
-  start_daemon "$1" userspace
+  start_run "$1" userspace
   assign "$q" || fail "$1: tenant assign $q"
   assign "$p" || fail "$1: tenant assign $p"
   check "$1: the threads of the process in the root group are reniced (below 2)" \
@@ -198,7 +194,7 @@ check "a second restore finds nothing (exit $?)" "grep -q 'nothing to restore' $
 
 # ---- 2: the next start, with --backend observe ----
 crash_round crash2
-start_daemon observe observe
+start_run observe observe
 check "an observe daemon's start restores the journal and says so" \
   "grep -q 'userspace journal: zernel-scheduler pid [0-9]* did not stop cleanly; restored 2 process(es)' $tmp/observe.log"
 check "it lists the threads born after the last journal write" \
@@ -209,7 +205,7 @@ wait "$daemon_pid"
 daemon_pid=""
 
 # ---- 3: restore refuses while the owner runs ----
-start_daemon live userspace
+start_run live userspace
 threaded
 assign "$q"
 wait_for 10 "[[ -s $ZERNEL_USERSPACE_JOURNAL ]]"

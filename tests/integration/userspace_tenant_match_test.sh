@@ -14,7 +14,6 @@
 # VM test vm.userspace_containment checks it there too).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
 export ZERNEL_SETTINGS_JOURNAL="$tmp/run/settings.journal"
 daemon_pid=""
@@ -91,12 +90,10 @@ gpus = 2
 class = "training"
 TOML
 
-start_daemon() {  # log name, extra config
+start_run() {  # config, log name: lib.sh's launch_daemon
   rm -f "$tmp/ctl.sock"
-  "$BIN/zernel-scheduler" --config "$1" --backend userspace --control-socket "$tmp/ctl.sock" \
-    > "$tmp/$2.log" 2>&1 &
-  daemon_pid=$!
-  wait_for 10 "[[ -S $tmp/ctl.sock ]]"
+  daemon_config=$1 daemon_log=$tmp/$2.log launch_daemon --backend userspace \
+    --control-socket "$tmp/ctl.sock"
 }
 tenant_of() {  # pid -> the tenant in /status, "none" when untenanted, "absent" when not tracked
   "$BIN/zernel-scheduler" status --json --socket "$tmp/ctl.sock" 2> /dev/null | python3 -c '
@@ -115,7 +112,7 @@ else:
 }
 
 # ---- 1: a cgroup-matched tenant across ticks ----
-start_daemon "$tmp/config.toml" match
+start_run "$tmp/config.toml" match
 check "the cgroup-matched process is tracked with its tenant" \
   "wait_for 10 '[[ \$(tenant_of $m) == byjob ]]'"
 seen=""
@@ -141,7 +138,7 @@ check "after SIGTERM the group's $weight_file is back at $weight_before" \
 # Ticks 2 s apart: the old process exits and the new one takes its pid between two ticks.
 sed -e 's/phase_eval_interval_ms = 100/phase_eval_interval_ms = 2000/' \
   -e 's/gpu_poll_interval_ms = 200/gpu_poll_interval_ms = 2000/' "$tmp/config.toml" > "$tmp/slow.toml"
-start_daemon "$tmp/slow.toml" reuse
+start_run "$tmp/slow.toml" reuse
 nice_of() { awk '{print $19}' "/proc/$1/stat" 2> /dev/null; }
 decisions() {
   "$BIN/zernel-scheduler" status --json --socket "$tmp/ctl.sock" 2> /dev/null |

@@ -9,7 +9,6 @@
 # that may run on this machine.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
-tmp=$(mktemp -d)
 export ZERNEL_FAKE_GPU_SHM="/zernel-userspace-test-$$"
 export ZERNEL_USERSPACE_JOURNAL="$tmp/run/userspace.journal"
 daemon_pid=""
@@ -119,11 +118,9 @@ wait_for 10 "[[ \$(job_tids | wc -l) -ge 3 ]]"
 state_before=$(job_state)
 check "the job's threads start at nice 3" "all_job_threads_at 3"
 
-start_daemon() {  # extra arguments: --emulated-gpu or nothing
-  "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend userspace "$@" \
-    --control-socket "$tmp/ctl.sock" > "$tmp/daemon$runs.log" 2>&1 &
-  daemon_pid=$!
-  wait_for 10 "[[ -S $tmp/ctl.sock ]]"
+start_run() {  # extra arguments: --emulated-gpu or nothing; lib.sh's launch_daemon
+  daemon_log=$tmp/daemon$runs.log launch_daemon --backend userspace "$@" \
+    --control-socket "$tmp/ctl.sock"
 }
 assign_member() {
   "$BIN/zernel-scheduler" tenant assign --pid "$member" --tenant big --socket "$tmp/ctl.sock" \
@@ -143,7 +140,7 @@ carries_weight() { [[ $(cat "$grp/member/$weight_file") == "$(expect_weight big)
 
 # ---- run 1: changes while it runs, all back after SIGTERM ----
 runs=1
-start_daemon --emulated-gpu
+start_run --emulated-gpu
 check "daemon 1 says it enforces with the userspace backend" \
   "grep -q 'enforcement backend: userspace' $tmp/daemon1.log"
 check "the job's threads are reniced while the daemon runs" "wait_for 20 any_job_thread_reniced"
@@ -216,7 +213,7 @@ check "daemon 1 logs the restore" "grep -q 'restored the original nice and affin
 # ---- run 2: kill -9 leaves the values changed ----
 runs=2
 rm -f "$tmp/ctl.sock"
-start_daemon --emulated-gpu
+start_run --emulated-gpu
 check "daemon 2 renices the job again" "wait_for 20 any_job_thread_reniced"
 assign_member
 check "daemon 2 gives the assigned process's group the tenant's weight again" \
@@ -234,7 +231,7 @@ check "after kill -9 the journal is left behind" "[[ -s $ZERNEL_USERSPACE_JOURNA
 # the member to its tenant again (and renice it): that is runtime_state_test's; here it goes.
 runs=3
 rm -f "$tmp/ctl.sock" "$tmp/lib/runtime-tenants.json"
-start_daemon
+start_run
 check "daemon 3 says it restored from the journal" \
   "wait_for 10 \"grep -q 'zernel-scheduler pid [0-9]* did not stop cleanly; restored' $tmp/daemon3.log\""
 check "daemon 3 restored the job's threads to nice 3" "all_job_threads_at 3"
@@ -254,7 +251,7 @@ check "no journal is left" "[[ ! -e $ZERNEL_USERSPACE_JOURNAL ]]"
 # A second daemon against a live daemon's journal refuses to start.
 runs=4
 rm -f "$tmp/ctl.sock"
-start_daemon --emulated-gpu
+start_run --emulated-gpu
 wait_for 20 any_job_thread_reniced
 "$BIN/zernel-scheduler" --config "$tmp/config.toml" --backend userspace --control-socket \
   "$tmp/ctl2.sock" > "$tmp/second.log" 2>&1

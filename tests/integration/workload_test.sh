@@ -8,7 +8,6 @@ set -uo pipefail
 BIN_DIR=${ZERNEL_BIN:-build/bin}
 BIN=$BIN_DIR/zernel-workload
 FAKE_LIB=${ZERNEL_FAKE_LIB_DIR:-$BIN_DIR/../lib/fake}/libcuda.so.1
-tmp=$(mktemp -d)
 # The emulated GPU's state segment: our own, so parallel tests do not share devices.
 export ZERNEL_FAKE_GPU_SHM=/zernel-fake-gpu-workload-test-$$
 bg_pid=""
@@ -112,8 +111,10 @@ names = {"DataLoading", "GpuCompute", "NcclCollective", "OptimizerStep", "Unknow
 by_pid = collections.defaultdict(list)
 for n, line in enumerate(open(path), 1):
     rec = json.loads(line)
-    assert set(rec) == {"t_ns", "pid", "phase"}, f"line {n}: {line}"
+    assert set(rec) == {"t_ns", "pid", "tid", "phase", "role"}, f"line {n}: {line}"
     assert rec["phase"] in names, f"line {n}: {line}"
+    # Without --helpers every line is a process's own (its main thread's).
+    assert rec["tid"] == rec["pid"] and rec["role"] in ("main", "worker"), f"line {n}: {line}"
     assert start <= rec["t_ns"] <= end, f"line {n}: t_ns outside the run: {line}"
     by_pid[rec["pid"]].append((rec["t_ns"], rec["phase"]))
 assert launcher not in by_pid, "the launcher is not an ML process: it must not be in the log"
@@ -154,10 +155,50 @@ assert len({r["pid"] for r in recs}) == 1
 assert [r["phase"] for r in recs].count("DataLoading") == 3
 PY
 
+# --helpers --pin-memory: each rank's helper threads and pin-memory thread, each with its own
+# truth lines (tid, role): the helpers Unknown from start to exit, the NCCL-like proxy
+# NcclCollective once per step, the pin-memory thread DataLoading once per batch; the summary
+# counts what they did (checkpoints every 10 steps, each 8 MiB hashed by the reader), their files
+# are removed with the dataset.
+"$BIN" --emulated-gpu --ranks 2 --workers 1 --steps 12 --data-ms 10 --gpu-ms 20 --nccl-ms 10 \
+  --optimizer-ms 5 --batch-kib 64 --data-dir "$tmp/data" --truth-log "$tmp/truth_h.jsonl" \
+  --helpers --pin-memory > "$tmp/job_h.json" 2> "$tmp/job_h.err" && pass ||
+  fail "--helpers --pin-memory job: $(cat "$tmp/job_h.json" "$tmp/job_h.err")"
+python3 - "$tmp/truth_h.jsonl" "$tmp/job_h.json" <<'PY' && pass || fail "--helpers --pin-memory: truth and summary (above)"
+import collections, json, sys
+by_tid = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    by_tid[(r["pid"], r["tid"], r["role"])].append(r["phase"])
+roles = collections.Counter(role for _, _, role in by_tid)
+want = {"main": 2, "worker": 2, "pin_memory": 2, "nccl_proxy": 2, "reader": 2, "checkpoint": 2,
+        "logger": 2, "metrics": 2}
+assert dict(roles) == want, dict(roles)
+mains = {pid for pid, tid, role in by_tid if role == "main"}
+for (pid, tid, role), phases in by_tid.items():
+    assert (tid == pid) == (role in ("main", "worker")), (pid, tid, role)
+    assert role == "worker" or pid in mains, (pid, tid, role)
+    assert phases[0] == "Unknown" and phases[-1] == "Unknown", (role, phases)
+    if role in ("reader", "checkpoint", "logger", "metrics"):
+        assert phases == ["Unknown", "Unknown"], (role, phases)  # start and exit
+    if role == "nccl_proxy":
+        assert phases.count("NcclCollective") == 12 and set(phases) == {"Unknown", "NcclCollective"}, phases
+    if role == "pin_memory":
+        assert phases.count("DataLoading") >= 1 and set(phases) == {"Unknown", "DataLoading"}, phases
+s = json.loads(open(sys.argv[2]).read().splitlines()[-1])
+h = s["helpers"]
+assert s["steps"] == 12 and s["pinned"] == 24, s
+assert h["checkpoints"] == 2 and h["hashed_bytes"] == 2 * 8 * 1024 * 1024, h
+assert h["collectives"] == 24 and h["scrapes"] >= 12 and h["log_flushes"] >= 0, h
+PY
+[[ -z $(ls -A "$tmp/data") ]] && pass || fail "dataset or helper files left behind: $(ls -AR "$tmp/data")"
+expect 2 'pin-memory needs DataLoader workers' -- "$BIN" --emulated-gpu --workers 0 --pin-memory --steps 1
+
 # Stopped by SIGTERM mid-run: exit 0, a summary marked interrupted, every process gone, no segment.
+# With the helper and pin-memory threads, which stop with their rank.
 "$BIN" --emulated-gpu --ranks 2 --workers 1 --steps 1000 --data-ms 20 --gpu-ms 100 --nccl-ms 50 \
   --optimizer-ms 20 --batch-kib 64 --data-dir "$tmp/data" --truth-log "$tmp/truth_stop.jsonl" \
-  > "$tmp/stop.json" 2> "$tmp/stop.err" &
+  --helpers --pin-memory > "$tmp/stop.json" 2> "$tmp/stop.err" &
 bg_pid=$!
 for _ in $(seq 100); do
   grep -q GpuCompute "$tmp/truth_stop.jsonl" 2>/dev/null && break
@@ -196,8 +237,10 @@ import collections, json, sys
 last = collections.OrderedDict()
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    last[r["pid"]] = r["phase"]
+    last[(r["pid"], r["tid"], r["role"])] = r["phase"]
 assert all(p == "Unknown" for p in last.values()), last
+assert {role for _, _, role in last} == {"main", "worker", "pin_memory", "nccl_proxy", "reader",
+                                         "checkpoint", "logger", "metrics"}, last
 PY
 
 finish

@@ -3,11 +3,16 @@
 # scheduler (state enabled, root/ops zernel); when an administrator ends it (sysrq-S) the daemon
 # reports the exit, keeps running in observe mode and does not reload it (the exit does not ask
 # for a restart); a second daemon reattaches, and kill -9 of it returns the machine to the
-# default scheduler within 2 s with every task still running.
+# default scheduler within 2 s with every task still running. Then the fallback (issue 24): a
+# scheduler that ends itself soon after every load ($ZERNEL_TEST_SCX_INJECT_ERROR_MS) is reloaded
+# twice and then given up on for the userspace backend, which reniced a followed training job
+# (its DataLoader worker to -10); `status` and /metrics say which backend acts and why; SIGTERM
+# puts the nice values back; after kill -9 of a daemon in that state the next start does.
 # shellcheck source=tests/vm/host-lib.sh
 . "$(dirname "$(realpath "$0")")/host-lib.sh"
 need_bin zernel-scheduler
-run_guest <<'GUEST'
+need_bin zernel-workload
+run_guest --add "$build/lib" <<'GUEST'
 . /zernel/guest-lib.sh
 printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/z.toml
 sleep 1000 & hog=$!
@@ -44,5 +49,82 @@ else
   bad "kill -9: state $(state) after 2 s"
 fi
 kill $hog 2>/dev/null
+
+# The fallback. The job's threads' nice values: DataLoading (the worker) is +10, nice -10, under
+# the userspace backend.
+ip link set lo up
+export ZERNEL_USERSPACE_JOURNAL=/tmp/run/userspace.journal ZERNEL_SETTINGS_JOURNAL=/tmp/run/settings.journal TMPDIR=/tmp
+printf '[telemetry]\nmetrics_port = 19097\n' > /tmp/f.toml
+zernel-workload --emulated-gpu --ranks 1 --workers 1 --steps 100000 --data-ms 20 --gpu-ms 20 \
+  --batch-kib 32 > /tmp/job.json 2> /tmp/job.err &
+job=$!
+# job_nices: the nice value of every thread of the job and its child processes, sorted.
+job_nices() {
+  for t in /proc/[0-9]*/task/[0-9]*; do
+    set -- $(sed 's/^.*) //' $t/stat 2> /dev/null)
+    [ $# -gt 17 ] || continue
+    case "${t#/proc/}" in "$job"/*) echo "${17}" ;; *) [ "$2" = "$job" ] && echo "${17}" ;; esac
+  done | sort -n | uniq | tr '\n' ' '
+}
+# fallback_daemon LOG: a daemon whose scheduler ends itself 500 ms after each load; waits (90 s)
+# until `status` says the userspace backend acts. $d, $st (the status text).
+fallback_daemon() {
+  ZERNEL_TEST_SCX_INJECT_ERROR_MS=500 zernel-scheduler --config /tmp/f.toml --backend sched_ext \
+    --emulated-gpu --control-socket /tmp/f.sock > "$1" 2>&1 &
+  d=$!
+  t0=$(uptime_cs) st=''
+  while ! echo "$st" | grep -q '^backend fallback'; do
+    [ $(($(uptime_cs) - t0)) -gt 9000 ] && return 1
+    kill -0 $d 2> /dev/null || return 1
+    sleep 0.5
+    st=$(zernel-scheduler status --socket /tmp/f.sock 2> /dev/null)
+  done
+  r "fallback after $((($(uptime_cs) - t0) * 10)) ms"
+}
+if fallback_daemon /tmp/d3.log; then
+  ok "3 ejections in a row: $(echo "$st" | head -2 | tr '\n' ' ')"
+  echo "$st" | head -1 | grep -q '^backend userspace,' || bad "status does not name userspace: $st"
+  echo "$st" | grep -q 'sched_ext ended 3 times within 600 s, last by ERROR_BPF.*injected error' ||
+    bad "status does not say why: $st"
+  m=$(wget -q -O - http://127.0.0.1:19097/metrics)
+  for want in 'zernel_scheduler_backend_info{backend="userspace"} 1' \
+    'zernel_scheduler_backend_state{requested="sched_ext",state="fallback"} 1' \
+    'zernel_scheduler_backend_ejections_total{kind="ERROR_BPF"} 3'; do
+    echo "$m" | grep -qF "$want" && ok "/metrics: $want" || bad "/metrics lacks $want"
+  done
+else
+  bad "no fallback within 90 s: $(zernel-scheduler status --socket /tmp/f.sock 2>&1 | head -2); $(grep -E 'error|warn' /tmp/d3.log | tail -n 4)"
+fi
+[ "$(state)" = disabled ] || bad "state $(state) with the userspace backend acting"
+n=0
+while ! job_nices | grep -q -- '-10' && [ $n -lt 50 ]; do usleep 100000; n=$((n + 1)); done
+nices=$(job_nices)
+echo "$nices" | grep -q -- '-10' && ok "the userspace backend acts: the job's nice values $nices" ||
+  bad "the job's nice values $nices under the fallback; $(tail -n 3 /tmp/d3.log)"
+[ -s /tmp/run/userspace.journal ] || bad "no userspace journal while it acts"
+kill -TERM $d; wait $d; rc=$?
+nices=$(job_nices)
+[ $rc = 0 ] && [ "$nices" = "0 " ] && [ ! -e /tmp/run/userspace.journal ] &&
+  ok "SIGTERM of the fallen-back daemon: exit 0, the job's nice values back to $nices, journal gone" ||
+  bad "after SIGTERM: rc $rc, nice values $nices, journal $(ls /tmp/run/)"
+
+if fallback_daemon /tmp/d4.log; then
+  n=0
+  while ! job_nices | grep -q -- '-10' && [ $n -lt 50 ]; do usleep 100000; n=$((n + 1)); done
+  kill -9 $d; wait $d 2> /dev/null
+  left=$(job_nices)
+  rm -f /tmp/f.sock  # left by the killed daemon
+  zernel-scheduler --config /tmp/f.toml --backend observe --control-socket /tmp/f.sock > /tmp/d5.log 2>&1 &
+  d=$!
+  wait_path /tmp/f.sock 3000
+  nices=$(job_nices)
+  echo "$left" | grep -q -- '-10' && [ "$nices" = "0 " ] && [ ! -e /tmp/run/userspace.journal ] &&
+    ok "kill -9 of the fallen-back daemon left nice values $left; the next start restored $nices" ||
+    bad "kill -9: left $left, after the next start $nices, journal $(ls /tmp/run/); $(grep -i journal /tmp/d5.log | tr '\n' '|')"
+  kill -TERM $d; wait $d
+else
+  bad "second fallback daemon: $(tail -n 3 /tmp/d4.log)"
+fi
+kill $job; wait $job 2> /dev/null
 finish
 GUEST

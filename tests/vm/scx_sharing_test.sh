@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scx_sharing_test.sh [--cpus 2|4] [--add PATH]...
-# vm.scx_sharing (2 vCPUs) and vm.scx_sharing4 (4 vCPUs), one VM boot each: the zernel sched_ext
+# scx_sharing_test.sh [--cpus 2|4|8] [--add PATH]...
+# vm.scx_sharing (2 vCPUs) and vm.scx_sharing4 (4 vCPUs), one VM boot each (8 vCPUs: by hand, for
+# the growth with the CPU count, bench/vm/scale.sh; twice the hogs per case): the zernel sched_ext
 # scheduler under a real node's conditions (late arrivals, cgroup cpu.weight and cpu.max, tenants
 # beside untenanted cgroups, more threads than CPUs, a tenant's class, a SCHED_FIFO task). The
 # guest side is scx_guest.sh "sharing"; results are its "@@" lines; docs/sched-ext.md has the
@@ -19,12 +20,12 @@ if [ "${1:-}" = --cpus ]; then
 fi
 case $cpus in
   2) ;;
-  4)
-    export ZERNEL_VM_SMP=4 ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off"
+  4 | 8)
+    export ZERNEL_VM_SMP=$cpus ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off"
     : "${SCX_SHARE_CASES:=late cpumax cgroups boundary pinned tenant splits class}"
     : "${SCX_ALONE_SECS:=20}"
     ;;
-  *) echo "scx_sharing_test: --cpus takes 2 or 4, not '$cpus'" >&2; exit 2 ;;
+  *) echo "scx_sharing_test: --cpus takes 2, 4 or 8, not '$cpus'" >&2; exit 2 ;;
 esac
 guest_env=()
 for v in SCX_DRIVER SCX_SHARE_CASES SCX_SHARE_SECS SCX_ALONE_SECS; do

@@ -5,11 +5,12 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "common/version.hpp"
 #include "workload/launcher.hpp"
+#include "workload/nccl_barrier.hpp"
 #include "workload/noise.hpp"
 #include "workload/options.hpp"
 
@@ -52,7 +53,7 @@ int run_cli(int argc, char** argv) {
       "Prints one JSON summary line at exit. See docs/workload.md."};
   app.set_version_flag("--version,-V", fmt::format("zernel-workload {}", kVersion));
   app.add_option("--ranks", job.ranks, "Rank (main) processes, one GPU context each")
-      ->check(CLI::Range(1, 256))
+      ->check(CLI::Range(1, kMaxRanks))
       ->capture_default_str();
   app.add_option("--workers", job.workers,
                  "DataLoader worker processes per rank (0: the rank loads batches itself)")
@@ -70,6 +71,12 @@ int run_cli(int argc, char** argv) {
   add_ms(app, "--launch-cpu-ms", job.launch_cpu_ms,
          "CPU time the rank spends between forward + backward's kernel launches, before their "
          "sync (a framework's host work; ms)");
+  app.add_option("--kernels", job.kernels,
+                 "Kernels per step that forward + backward's device time is launched as, each "
+                 "of --gpu-ms / N (a launch-bound job: thousands of small kernels); 0: one per "
+                 "25 ms")
+      ->check(CLI::Range(0, 1'000'000))
+      ->capture_default_str();
   add_ms(app, "--nccl-ms", job.nccl_ms,
          "All-reduce time once every rank has reached the collective (ms)");
   add_ms(app, "--optimizer-ms", job.optimizer_ms,
@@ -90,6 +97,12 @@ int run_cli(int argc, char** argv) {
                  "At the end, write every rank's steps as JSON lines: "
                  "{\"rank\": 0, \"step\": 3, \"step_ms\": 52.1, \"data_wait_ms\": 2.4, "
                  "\"warmup\": false}");
+  app.add_flag("--helpers", job.helpers,
+               "Run each rank's helper threads beside its main thread: a reader, a checkpoint "
+               "writer, a logger, a metrics exporter and an NCCL-like proxy (docs/workload.md)");
+  app.add_flag("--pin-memory", job.pin_memory,
+               "Take each rank's batches through a pin-memory thread, as PyTorch's "
+               "pin_memory=True does (needs --workers 1 or more)");
   app.add_flag("--emulated-gpu", job.emulated_gpu,
                "Use the project's emulated GPU (<bin>/../lib/fake/libcuda.so.1, or "
                "$ZERNEL_FAKE_LIB_DIR) instead of the system's libcuda.so.1");
@@ -126,6 +139,9 @@ int run_cli(int argc, char** argv) {
       }
     }
     return run_noise(noise);
+  }
+  if (job.pin_memory && job.workers == 0) {
+    return usage_error("--pin-memory needs DataLoader workers (--workers 1 or more)");
   }
   if (job.warmup_steps >= job.steps) {
     return usage_error(fmt::format("--warmup-steps ({}) must be less than --steps ({})",

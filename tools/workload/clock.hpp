@@ -1,20 +1,16 @@
 #pragma once
-// Clocks used by the workload's processes.
+// Clocks used by the workload's processes: the daemon's clock reader (common/clock.hpp), so the
+// truth log and the scheduler's --phase-log read CLOCK_MONOTONIC the same way.
 
 #include <cstdint>
 #include <ctime>
 
+#include "common/clock.hpp"
+
 namespace zernel::workload {
 
-inline std::uint64_t clock_ns(clockid_t clock) {
-  timespec ts{};
-  clock_gettime(clock, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// CLOCK_MONOTONIC, the clock of the truth log and of the scheduler's --phase-log.
-inline std::uint64_t monotonic_ns() { return clock_ns(CLOCK_MONOTONIC); }
+using zernel::clock_ns;
+using zernel::monotonic_ns;
 
 // CPU time consumed by the calling thread.
 inline std::uint64_t thread_cpu_ns() { return clock_ns(CLOCK_THREAD_CPUTIME_ID); }

@@ -18,12 +18,18 @@
 namespace zernel::workload {
 
 // Plain integers in shared memory, accessed only through std::atomic_ref.
+struct NcclProxyWords {
+  std::uint32_t posted;    // collectives the rank has entered; a futex word
+  std::uint32_t finished;  // collectives the rank has left; a futex word
+};
+
 struct NcclShared {
   std::uint32_t magic;       // kMagic once initialised
   std::uint32_t ranks;       // ranks in the job
   std::uint32_t arrived;     // ranks that have arrived at the current collective
   std::uint32_t generation;  // bumped when the last rank arrives; the futex word
   std::uint64_t release_ns;  // CLOCK_MONOTONIC ns at which the current collective finishes
+  NcclProxyWords proxy[kMaxRanks];
 };
 
 namespace {
@@ -131,6 +137,38 @@ bool NcclComm::all_reduce(std::uint64_t duration_ns) {
     wait_slice(now_gen, until - now);
   }
   return true;
+}
+
+void NcclComm::post(int rank) {
+  std::uint32_t* word = &shared_->proxy[rank].posted;
+  std::atomic_ref<std::uint32_t>(*word).fetch_add(1, std::memory_order_release);
+  futex_wake_all(word);
+}
+
+void NcclComm::finish(int rank) {
+  const std::uint32_t posted =
+      std::atomic_ref<std::uint32_t>(shared_->proxy[rank].posted).load(std::memory_order_relaxed);
+  std::uint32_t* word = &shared_->proxy[rank].finished;
+  std::atomic_ref<std::uint32_t>(*word).store(posted, std::memory_order_release);
+  futex_wake_all(word);
+}
+
+void NcclComm::wake_proxy(int rank) { futex_wake_all(&shared_->proxy[rank].posted); }
+
+std::uint32_t NcclComm::wait_posted(int rank, std::uint32_t seen, std::uint64_t timeout_ns) {
+  std::uint32_t* word = &shared_->proxy[rank].posted;
+  const std::uint32_t now = std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_acquire);
+  if (now != seen) return now;
+  (void)futex_wait(word, seen, timeout_ns);
+  return std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_acquire);
+}
+
+bool NcclComm::wait_finished(int rank, std::uint32_t posted, std::uint64_t timeout_ns) {
+  std::uint32_t* word = &shared_->proxy[rank].finished;
+  const std::uint32_t now = std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_acquire);
+  if (now == posted) return true;
+  (void)futex_wait(word, now, timeout_ns);
+  return std::atomic_ref<std::uint32_t>(*word).load(std::memory_order_acquire) == posted;
 }
 
 }  // namespace zernel::workload

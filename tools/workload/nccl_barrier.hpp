@@ -15,6 +15,12 @@
 //
 // The segment is created and initialised by the launcher before it forks the ranks, and unlinked
 // by the launcher at exit; ranks map it after the fork.
+//
+// It also holds, per rank, the words of that rank's NCCL-like proxy thread (--helpers,
+// helpers.hpp): the rank posts each collective it enters and marks it finished when it leaves; the
+// proxy waits for a post (idle, futex waits of up to kProxyIdleWaitNs), then progresses the
+// collective (short CPU bursts between futex waits of up to 1 ms on the finished word) until the
+// rank's collective has finished, as NCCL's proxy threads progress a collective's network work.
 
 #include <cstdint>
 #include <string>
@@ -24,6 +30,8 @@
 namespace zernel::workload {
 
 inline constexpr std::uint64_t kWaitSliceNs = 5'000'000;
+inline constexpr int kMaxRanks = 256;
+inline constexpr std::uint64_t kProxyIdleWaitNs = 500'000'000;
 
 struct NcclShared;
 
@@ -66,6 +74,16 @@ class NcclComm {
 
   // Futex waits made so far by this rank.
   [[nodiscard]] std::uint64_t futex_waits() const { return futex_waits_; }
+
+  // The proxy words of `rank` (0 <= rank < kMaxRanks). The rank: post() as it enters a
+  // collective, finish() as it leaves, wake_proxy() to make an idle proxy look at its stop flag.
+  void post(int rank);
+  void finish(int rank);
+  void wake_proxy(int rank);
+  // The proxy: waits up to timeout_ns for a post after `seen` (its last); returns the post count.
+  std::uint32_t wait_posted(int rank, std::uint32_t seen, std::uint64_t timeout_ns);
+  // The proxy: waits up to timeout_ns for the rank to finish collective `posted`; true once it has.
+  bool wait_finished(int rank, std::uint32_t posted, std::uint64_t timeout_ns);
 
  private:
   NcclComm(NcclShared* shared, int ranks) : shared_(shared), ranks_(ranks) {}

@@ -21,6 +21,7 @@ struct JobOptions {
   double data_ms = 800;          // CPU decode time per batch
   double gpu_ms = 800;           // device time of forward + backward
   double launch_cpu_ms = 0;      // host CPU time between forward + backward's launches
+  int kernels = 0;               // forward + backward as this many kernels; 0 = one per 25 ms
   double nccl_ms = 600;          // all-reduce time once every rank has arrived
   double optimizer_ms = 600;     // optimizer step: short CPU bursts between tiny GPU syncs
   int prefetch_factor = 2;       // batches queued ahead per worker (PyTorch's prefetch_factor)
@@ -29,6 +30,8 @@ struct JobOptions {
   std::string truth_log;         // empty = none
   std::string step_log;          // empty = none; per-step times as JSON lines, written at the end
   bool emulated_gpu = false;
+  bool helpers = false;     // each rank's helper threads (helpers.hpp)
+  bool pin_memory = false;  // each rank's pin-memory thread (pin_memory.hpp); needs workers
 };
 
 struct NoiseOptions {

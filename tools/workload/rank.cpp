@@ -18,7 +18,9 @@
 
 #include "workload/clock.hpp"
 #include "workload/cpu_work.hpp"
+#include "workload/helpers.hpp"
 #include "workload/nccl_barrier.hpp"
+#include "workload/pin_memory.hpp"
 #include "workload/pipe_io.hpp"
 #include "workload/stop.hpp"
 #include "workload/truth_log.hpp"
@@ -92,20 +94,24 @@ void send_result(int fd, const nlohmann::json& j) {
 
 class Rank {
  public:
-  Rank(const RankSetup& s, TruthLog& log) : s_(s), o_(*s.opts), log_(log) {}
+  Rank(const RankSetup& s, TruthLog& log, Helpers* helpers, PinMemory* pin)
+      : s_(s), o_(*s.opts), log_(log), helpers_(helpers), pin_(pin) {}
 
   // Runs every step; the result object gets the statistics, or an error.
   void run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohmann::json& result);
 
  private:
   Result<void> next_batch(std::vector<WorkerProc>& workers, int step);
-  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns = 0);
+  Result<void> gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns = 0,
+                        std::uint64_t kernels = 0);
   Result<void> optimizer_step(Gpu& gpu);
   void send_credit(std::vector<WorkerProc>& workers, std::uint64_t index);
 
   const RankSetup& s_;
   const JobOptions& o_;
   TruthLog& log_;
+  Helpers* helpers_;  // null without --helpers
+  PinMemory* pin_;    // null without --pin-memory
   std::uint64_t reads_direct_ = 0;
   std::uint64_t reads_buffered_ = 0;
   std::uint64_t checksum_ = 0;
@@ -132,6 +138,13 @@ Result<void> Rank::next_batch(std::vector<WorkerProc>& workers, int step) {
     auto batch = load_batch(*s_.dataset, index, ms_to_ns(o_.data_ms), *in_, *out_);
     if (!batch) return batch.error();
     msg = *batch;
+  } else if (pin_ != nullptr) {
+    auto batch = pin_->take(index, log_);
+    if (!batch) return batch.error();
+    msg = *batch;
+    const std::uint64_t next =
+        index + static_cast<std::uint64_t>(o_.prefetch_factor) * workers.size();
+    if (next < static_cast<std::uint64_t>(o_.steps)) send_credit(workers, next);
   } else {
     WorkerProc& w = workers[index % workers.size()];
     if (!readable_now(w.data_fd)) log_.enter(Phase::data_loading);
@@ -156,14 +169,16 @@ Result<void> Rank::next_batch(std::vector<WorkerProc>& workers, int step) {
   return Ok{};
 }
 
-// Queues ns of device time as kernels of at most kGpuKernelNs, with host_ns of CPU time spread
-// evenly after the launches (a framework's host work between them), then synchronizes.
-Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns) {
-  const std::uint64_t kernels = std::max<std::uint64_t>(1, (ns + kGpuKernelNs - 1) / kGpuKernelNs);
-  for (std::uint64_t left = ns; left > 0;) {
-    const std::uint64_t k = std::min(left, kGpuKernelNs);
+// Queues ns of device time as `kernels` kernels of equal length (0: as kernels of at most
+// kGpuKernelNs), with host_ns of CPU time spread evenly after the launches (a framework's host
+// work between them), then synchronizes.
+Result<void> Rank::gpu_work(Gpu& gpu, std::uint64_t ns, std::uint64_t host_ns,
+                            std::uint64_t kernels) {
+  if (kernels == 0) kernels = std::max<std::uint64_t>(1, (ns + kGpuKernelNs - 1) / kGpuKernelNs);
+  for (std::uint64_t i = 0; i < kernels; ++i) {
+    // Kernel i ends at (i + 1) / kernels of ns: the lengths add up to ns exactly.
+    const std::uint64_t k = ns * (i + 1) / kernels - ns * i / kernels;
     if (auto r = gpu.enqueue(k); !r) return r;
-    left -= k;
     if (host_ns > 0) sink_ ^= burn_cpu(host_ns / kernels);
   }
   return gpu.synchronize();
@@ -205,11 +220,14 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       const std::uint64_t data_wait = monotonic_ns() - t0;
       if (r && o_.gpu_ms > 0) {
         log_.enter(Phase::gpu_compute);
-        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms), ms_to_ns(o_.launch_cpu_ms));
+        r = gpu_work(gpu, ms_to_ns(o_.gpu_ms), ms_to_ns(o_.launch_cpu_ms),
+                     static_cast<std::uint64_t>(o_.kernels));
       }
       if (r) {
         log_.enter(Phase::nccl_collective);
+        if (helpers_ != nullptr) helpers_->collective_begin();
         if (!comm.all_reduce(ms_to_ns(o_.nccl_ms))) r = Error(EINTR, "interrupted");
+        if (helpers_ != nullptr) helpers_->collective_end();
       }
       if (r && o_.optimizer_ms > 0) {
         log_.enter(Phase::optimizer_step);
@@ -222,6 +240,7 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
       end_ns = monotonic_ns();
       step_ns.push_back(end_ns - t0);
       data_wait_ns.push_back(data_wait);
+      if (helpers_ != nullptr) helpers_->step_done(step);
     }
   }
   log_.enter(Phase::unknown);
@@ -240,12 +259,14 @@ void Rank::run(std::vector<WorkerProc>& workers, Gpu& gpu, NcclComm& comm, nlohm
   if (!error.empty()) result["error"] = error;
 }
 
-// Closes the credit pipes (workers see end of file and exit) and reaps the workers.
-void stop_workers(std::vector<WorkerProc>& workers) {
+// Closes the credit pipes (workers see end of file and exit), waits for the pin-memory thread
+// (which reads the workers' pipes until then) and reaps the workers.
+void stop_workers(std::vector<WorkerProc>& workers, PinMemory* pin) {
   for (WorkerProc& w : workers) {
     if (w.credit_fd >= 0) close(w.credit_fd);
     w.credit_fd = -1;
   }
+  if (pin != nullptr) pin->join();
   for (WorkerProc& w : workers) {
     if (w.data_fd >= 0) close(w.data_fd);  // a worker blocked on a full pipe gets EPIPE
     w.data_fd = -1;
@@ -264,7 +285,7 @@ int run_rank(const RankSetup& s) {
     return kExitError;
   };
 
-  auto opened = TruthLog::open(s.opts->truth_log);
+  auto opened = TruthLog::open(s.opts->truth_log, "main");
   if (!opened) return fail(opened.error());
   TruthLog log = std::move(*opened);
 
@@ -274,22 +295,56 @@ int run_rank(const RankSetup& s) {
   std::vector<WorkerProc> workers = std::move(*spawned);
 
   int code = kExitOk;
-  {
+  std::unique_ptr<PinMemory> pin;
+  if (s.opts->pin_memory && !workers.empty()) {
+    std::vector<int> fds;
+    for (const WorkerProc& w : workers) fds.push_back(w.data_fd);
+    auto started = PinMemory::start(std::move(fds), static_cast<std::uint64_t>(s.opts->steps),
+                                    s.dataset->file_bytes(), s.opts->truth_log);
+    if (!started) {
+      code = fail(started.error());
+    } else {
+      pin = std::move(*started);
+    }
+  }
+  if (code == kExitOk) {
     auto gpu = Gpu::open(s.gpu, s.rank);
     auto comm = NcclComm::attach(s.nccl_name, s.opts->ranks);
+    std::unique_ptr<Helpers> helpers;
+    if (gpu && comm && s.opts->helpers) {
+      HelperSetup hs;
+      hs.truth_log = s.opts->truth_log;
+      hs.dir = fmt::format("{}/rank-{}-helpers", s.dataset->dir(), s.rank);
+      hs.comm = &*comm;
+      hs.rank = s.rank;
+      auto started = Helpers::start(hs);
+      if (!started) {
+        code = fail(started.error());
+      } else {
+        helpers = std::move(*started);
+      }
+    }
     if (!gpu) {
       code = fail(gpu.error());
     } else if (!comm) {
       code = fail(comm.error());
-    } else {
-      Rank rank(s, log);
+    } else if (code == kExitOk) {
+      Rank rank(s, log, helpers.get(), pin.get());
       rank.run(workers, **gpu, *comm, result);
+      if (helpers) {
+        helpers->stop();
+        result["helpers"] = helpers->counts();
+        if (const std::string e = helpers->error(); !e.empty() && !result.contains("error")) {
+          result["error"] = e;
+        }
+      }
+      if (pin) result["pinned"] = pin->pinned();
       if (result.contains("error")) code = kExitError;
       send_result(s.result_fd, result);
     }
   }
   log.enter(Phase::unknown);
-  stop_workers(workers);
+  stop_workers(workers, pin.get());
   if (getppid() != s.launcher_pid) {
     // The launcher was killed outright (PR_SET_PDEATHSIG brought us here): remove what it would
     // have removed. Every rank tries; unlinking twice is harmless.

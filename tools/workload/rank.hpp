@@ -7,7 +7,7 @@
 //      it (no change when the batch is already queued). With --workers 0 the rank reads and
 //      decodes the batch itself, DataLoading throughout;
 //   2. forward + backward: queue --gpu-ms of device time as a series of kernels of at most
-//      kGpuKernelNs, then one cuStreamSynchronize: GpuCompute;
+//      kGpuKernelNs (or as --kernels equal ones), then one cuStreamSynchronize: GpuCompute;
 //   3. gradient all-reduce: the NCCL-like collective (nccl_barrier.hpp), waiting for the other
 //      ranks and then for --nccl-ms: NcclCollective;
 //   4. optimizer step: --optimizer-ms split into ~1 ms rounds, each a CPU burst of 80 % of the

@@ -37,6 +37,8 @@ Result<RankReport> parse_rank_report(std::string_view text) {
     r.device = j.value("device", -1);
     r.device_count = j.value("device_count", 0);
     r.interrupted = j.value("interrupted", false);
+    if (j.contains("helpers") && j["helpers"].is_object()) r.helpers = j["helpers"];
+    r.pinned = j.value("pinned", std::uint64_t{0});
   } catch (const nlohmann::json::exception& e) {
     return Error(EPROTO, std::string("malformed rank report: ") + e.what());
   }
@@ -111,6 +113,22 @@ nlohmann::ordered_json job_summary(const JobOptions& opts, const std::vector<Ran
   j["reads_direct"] = reads_direct;
   j["reads_buffered"] = reads_buffered;
   j["emulated_gpu"] = opts.emulated_gpu;
+  if (opts.helpers) {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    for (const RankReport& r : ranks) {
+      if (!r.helpers.is_object()) continue;
+      for (const auto& [key, value] : r.helpers.items()) {
+        if (!value.is_number_unsigned()) continue;
+        h[key] = h.value(key, std::uint64_t{0}) + value.get<std::uint64_t>();
+      }
+    }
+    j["helpers"] = h;
+  }
+  if (opts.pin_memory) {
+    std::uint64_t pinned = 0;
+    for (const RankReport& r : ranks) pinned += r.pinned;
+    j["pinned"] = pinned;
+  }
   j["interrupted"] = interrupted;
   return j;
 }

@@ -8,7 +8,10 @@
 // measured step (after --warmup-steps) of the earliest rank to the end of the last rank's last
 // step; step_p50_ms/step_p99_ms: nearest-rank percentiles of the wall time of every measured
 // step of every rank; data_wait_mean_ms/data_wait_p99_ms: the same for the part of each step spent
-// getting the batch (how much of the step the DataLoader is on the critical path).
+// getting the batch (how much of the step the DataLoader is on the critical path). With --helpers,
+// "helpers" sums what every rank's helper threads did ({"checkpoints", "hashed_bytes",
+// "log_flushes", "scrapes", "collectives"}); with --pin-memory, "pinned" counts the batches that
+// went through the ranks' pin-memory threads.
 
 #include <cstdint>
 #include <optional>
@@ -26,7 +29,7 @@ namespace zernel::workload {
 struct RankReport {
   int rank = 0;
   int pid = 0;
-  std::vector<std::uint64_t> step_ns;   // wall time of each completed step, in order
+  std::vector<std::uint64_t> step_ns;  // wall time of each completed step, in order
   // Per completed step: wall time of its first part, getting the batch (waiting for the worker's
   // queue, or loading it with --workers 0). Same length as step_ns.
   std::vector<std::uint64_t> data_wait_ns;
@@ -39,6 +42,8 @@ struct RankReport {
   int device_count = 0;
   bool interrupted = false;
   std::optional<std::string> error;
+  nlohmann::json helpers;    // --helpers: what the helper threads did (helpers.hpp), else null
+  std::uint64_t pinned = 0;  // --pin-memory: batches through the pin-memory thread
 };
 
 // Parses the JSON object a rank writes on its result pipe.

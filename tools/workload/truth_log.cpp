@@ -16,6 +16,8 @@ namespace zernel::workload {
 TruthLog::TruthLog(TruthLog&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       pid_(other.pid_),
+      tid_(other.tid_),
+      role_(other.role_),
       current_(other.current_),
       warned_(other.warned_) {}
 
@@ -24,6 +26,8 @@ TruthLog& TruthLog::operator=(TruthLog&& other) noexcept {
     if (fd_ >= 0) close(fd_);
     fd_ = std::exchange(other.fd_, -1);
     pid_ = other.pid_;
+    tid_ = other.tid_;
+    role_ = other.role_;
     current_ = other.current_;
     warned_ = other.warned_;
   }
@@ -41,12 +45,14 @@ Result<void> TruthLog::create(const std::string& path) {
   return Ok{};
 }
 
-Result<TruthLog> TruthLog::open(const std::string& path) {
+Result<TruthLog> TruthLog::open(const std::string& path, std::string_view role) {
   TruthLog log;
   if (path.empty()) return log;
   log.fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (log.fd_ < 0) return errno_error("opening truth log " + path);
   log.pid_ = getpid();
+  log.tid_ = gettid();
+  log.role_ = role;
   log.write_line(Phase::unknown, monotonic_ns());
   return log;
 }
@@ -59,12 +65,15 @@ void TruthLog::enter(Phase p, std::uint64_t t_ns) {
   write_line(p, t_ns);
 }
 
+void TruthLog::close_line() { write_line(current_, monotonic_ns()); }
+
 void TruthLog::write_line(Phase p, std::uint64_t t_ns) {
   if (fd_ < 0) return;
-  std::array<char, 128> buf{};
-  const auto res =
-      fmt::format_to_n(buf.data(), buf.size(), "{{\"t_ns\": {}, \"pid\": {}, \"phase\": \"{}\"}}\n",
-                       t_ns, pid_, policy::phase_name(p));
+  std::array<char, 192> buf{};
+  const auto res = fmt::format_to_n(
+      buf.data(), buf.size(),
+      "{{\"t_ns\": {}, \"pid\": {}, \"tid\": {}, \"phase\": \"{}\", \"role\": \"{}\"}}\n", t_ns,
+      pid_, tid_, policy::phase_name(p), role_);
   const auto len = static_cast<std::size_t>(res.out - buf.data());
   ssize_t n;
   do {

@@ -23,7 +23,7 @@ Result<BatchMsg> load_batch(const Dataset& dataset, std::uint64_t index, std::ui
 }
 
 int run_worker(const WorkerSetup& s) {
-  auto opened = TruthLog::open(s.truth_log);
+  auto opened = TruthLog::open(s.truth_log, "worker");
   if (!opened) {
     fmt::print(stderr, "zernel-workload: rank {} worker {}: {}\n", s.rank, s.index,
                opened.error().message());

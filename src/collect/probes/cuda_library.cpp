@@ -91,8 +91,8 @@ Result<std::vector<MappedLibrary>> read_libcuda_mappings(const std::string& proc
   return parse_libcuda_mappings(text);
 }
 
-Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
-                                                       const std::vector<std::string>& names) {
+Result<std::vector<ElfFunction>> elf_function_offsets(const std::string& path,
+                                                      const std::vector<std::string>& names) {
   if (elf_version(EV_CURRENT) == EV_NONE)
     return Error(EIO, "libelf: " + std::string(elf_errmsg(-1)));
   sys::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -102,7 +102,7 @@ Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
     if (elf != nullptr) elf_end(elf);
     return Error(ENOEXEC, path + " is not an ELF file");
   }
-  std::vector<std::string> found;
+  std::vector<ElfFunction> found;
   Elf_Scn* scn = nullptr;
   while ((scn = elf_nextscn(elf, scn)) != nullptr) {
     GElf_Shdr shdr;
@@ -116,18 +116,40 @@ Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
       GElf_Sym sym;
       if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
       const int type = GELF_ST_TYPE(sym.st_info);
-      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF) continue;
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+          sym.st_shndx >= SHN_LORESERVE) {
+        continue;
+      }
       const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
       if (name == nullptr) continue;
       const std::string_view n(name);
-      if (std::find(names.begin(), names.end(), n) != names.end() &&
-          std::find(found.begin(), found.end(), n) == found.end()) {
-        found.emplace_back(n);
+      if (std::find(names.begin(), names.end(), n) == names.end() ||
+          std::any_of(found.begin(), found.end(),
+                      [&](const ElfFunction& f) { return f.name == n; })) {
+        continue;
       }
+      // The file offset the kernel's uprobe wants: the address relative to its section's, plus
+      // the section's place in the file (what libbpf computes from a symbol name).
+      GElf_Shdr text;
+      Elf_Scn* in = elf_getscn(elf, sym.st_shndx);
+      if (in == nullptr || gelf_getshdr(in, &text) == nullptr || sym.st_value < text.sh_addr) {
+        continue;
+      }
+      found.push_back(ElfFunction{std::string(n), sym.st_value - text.sh_addr + text.sh_offset});
     }
   }
   elf_end(elf);
   return found;
+}
+
+Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
+                                                       const std::vector<std::string>& names) {
+  auto found = elf_function_offsets(path, names);
+  if (!found) return found.error();
+  std::vector<std::string> out;
+  out.reserve(found->size());
+  for (ElfFunction& f : *found) out.push_back(std::move(f.name));
+  return out;
 }
 
 std::optional<std::uint64_t> parse_schedstat_runtime(std::string_view text) {

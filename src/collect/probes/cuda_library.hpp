@@ -20,12 +20,6 @@ inline constexpr const char* kSyncSymbols[] = {"cuCtxSynchronize", "cuStreamSync
                                                "cuEventSynchronize"};
 // Variants the real driver also exports (the per-thread default stream, and the _v2 context
 // sync of newer drivers): attached where present, the fake library has none.
-// Kernel launches (phases from events only, an entry uprobe each, where the file has them): the
-// first launch after a data wait starts GpuCompute, as the CPU side of a forward pass queues its
-// kernels before it waits. zfgEnqueueWork is the emulated driver's launch (docs/emulated-gpu.md).
-inline constexpr const char* kLaunchSymbols[] = {"cuLaunchKernel", "cuLaunchKernel_ptsz",
-                                                 "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-                                                 "zfgEnqueueWork"};
 inline constexpr const char* kOptionalSyncSymbols[] = {"cuStreamSynchronize_ptsz",
                                                        "cuCtxSynchronize_v2"};
 
@@ -51,8 +45,19 @@ std::vector<MappedLibrary> parse_libcuda_mappings(std::string_view maps_text);
 Result<std::vector<MappedLibrary>> read_libcuda_mappings(const std::string& proc_root,
                                                          std::uint32_t pid);
 
-// Which of `names` the ELF file defines as functions (in .dynsym or .symtab). An error when the
-// file cannot be opened or is not ELF.
+// A function an ELF file defines, and where its code starts in the file (what a uprobe is
+// attached at).
+struct ElfFunction {
+  std::string name;
+  std::uint64_t offset = 0;  // bytes from the start of the file
+};
+
+// Which of `names` the ELF file defines as functions (in .dynsym or .symtab), with their file
+// offsets, in the order found. An error when the file cannot be opened or is not ELF.
+Result<std::vector<ElfFunction>> elf_function_offsets(const std::string& path,
+                                                      const std::vector<std::string>& names);
+
+// The names alone.
 Result<std::vector<std::string>> elf_defined_functions(const std::string& path,
                                                        const std::vector<std::string>& names);
 

@@ -1,9 +1,11 @@
 #include "collect/probes/gpu_sync_probes.hpp"
 
 #include <bpf/bpf.h>
+#include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,15 +14,19 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <iterator>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "collect/probes/cuda_library.hpp"
+#include "common/clock.hpp"
 #include "probes.h"
 #include "probes.skel.h"
 #include "sys/bpf/libbpf_log.hpp"
@@ -30,8 +36,6 @@ namespace zernel::collect {
 namespace {
 
 constexpr const char* kNeedRoot = "BPF probes need root (CAP_BPF, CAP_PERFMON)";
-constexpr const char* kNoTracefs =
-    "tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)";
 
 // Whether the effective capability set holds `cap` (capget, no libcap).
 bool has_capability(int cap) {
@@ -50,9 +54,22 @@ bool can_use_bpf_tracing() {
   return has_capability(CAP_SYS_ADMIN) || (has_capability(kCapBpf) && has_capability(kCapPerfmon));
 }
 
-bool tracefs_mounted() {
-  return ::access("/sys/kernel/tracing/events", F_OK) == 0 ||
-         ::access("/sys/kernel/debug/tracing/events", F_OK) == 0;
+// Whether the kernel has multi-uprobe links (Linux 6.6), from its BTF.
+bool kernel_has_uprobe_multi() {
+  btf* vmlinux = btf__load_vmlinux_btf();
+  if (vmlinux == nullptr) return false;
+  bool found = false;
+  const __s32 id = btf__find_by_name_kind(vmlinux, "bpf_attach_type", BTF_KIND_ENUM);
+  if (id > 0) {
+    const btf_type* t = btf__type_by_id(vmlinux, static_cast<__u32>(id));
+    const struct btf_enum* e = btf_enum(t);
+    for (__u16 i = 0; i < btf_vlen(t) && !found; ++i) {
+      const char* name = btf__name_by_offset(vmlinux, e[i].name_off);
+      found = name != nullptr && std::string_view(name) == "BPF_TRACE_UPROBE_MULTI";
+    }
+  }
+  btf__free(vmlinux);
+  return found;
 }
 
 Error libbpf_error(const std::string& what, int err) {
@@ -74,7 +91,6 @@ static_assert(static_cast<int>(PhaseCause::data_wait) == ZERNEL_CAUSE_DATA_WAIT)
 static_assert(static_cast<int>(PhaseCause::worker_run) == ZERNEL_CAUSE_WORKER_RUN);
 static_assert(static_cast<int>(PhaseCause::worker_idle) == ZERNEL_CAUSE_WORKER_IDLE);
 static_assert(static_cast<int>(PhaseCause::optimizer_bound) == ZERNEL_CAUSE_OPTIMIZER_BOUND);
-static_assert(static_cast<int>(PhaseCause::launch) == ZERNEL_CAUSE_LAUNCH);
 static_assert(static_cast<int>(PhaseRole::rank) == ZERNEL_PHASE_ROLE_RANK);
 static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COMPUTE == 1 &&
                   ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE == 2 &&
@@ -84,62 +100,128 @@ static_assert(static_cast<int>(PhaseRole::worker) == ZERNEL_PHASE_ROLE_WORKER);
 
 constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
 
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-// Phase programs: the rules' constants, and off (not loaded, a one-page ring) unless asked for.
-void configure_phase_programs(probes_bpf& skel, const GpuSyncProbes::Options& o) {
+// The phase rules run only with phases from events (and the ring is sized for them, else one
+// page); uprobes are multi-uprobe programs where the kernel has those, else plain (perf-event)
+// ones.
+void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool uprobe_multi) {
   skel.rodata->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
   skel.rodata->zernel_idle_hyst_ns = o.idle_hysteresis_ns;
   skel.rodata->zernel_optimizer_max_ns = o.optimizer_max_ns;
+  skel.rodata->zernel_phase_rules = o.phase_events ? 1 : 0;
   if (!o.phase_events) {
-    (void)bpf_program__set_autoload(skel.progs.zernel_phase_switch, false);
-    (void)bpf_program__set_autoload(skel.progs.zernel_futex_exit, false);
-    (void)bpf_program__set_autoload(skel.progs.zernel_launch, false);
     (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events,
                                    static_cast<__u32>(sysconf(_SC_PAGESIZE)));
   }
+  if (!uprobe_multi) {
+    for (bpf_program* p : {skel.progs.zernel_sync_enter, skel.progs.zernel_sync_return}) {
+      (void)bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(0));
+    }
+  }
 }
+
+// Destroys BPF links on a thread of its own: the kernel waits for an RCU grace period when a
+// uprobe goes (tens to hundreds of ms), which must not stall the daemon's tick. Links handed
+// over are gone once settle() returns; the destructor destroys whatever is left.
+class LinkReaper {
+ public:
+  LinkReaper() = default;
+  LinkReaper(const LinkReaper&) = delete;
+  LinkReaper& operator=(const LinkReaper&) = delete;
+  ~LinkReaper() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    for (bpf_link* l : pending_) bpf_link__destroy(l);
+  }
+
+  void destroy(std::vector<bpf_link*> links) {
+    if (links.empty()) return;
+    std::lock_guard lock(mu_);
+    pending_.insert(pending_.end(), links.begin(), links.end());
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    work_.notify_one();
+  }
+
+  void settle() {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [this] { return pending_.empty() && !busy_; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      work_.wait(lock, [this] { return stop_ || !pending_.empty(); });
+      if (pending_.empty()) return;  // stopping with nothing left
+      std::vector<bpf_link*> batch;
+      batch.swap(pending_);
+      busy_ = true;
+      lock.unlock();
+      for (bpf_link* l : batch) bpf_link__destroy(l);
+      lock.lock();
+      busy_ = false;
+      idle_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::condition_variable idle_;
+  std::vector<bpf_link*> pending_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
 struct GpuSyncProbes::Impl {
   probes_bpf* skel = nullptr;
-  bpf_link* exit_link = nullptr;
-  bpf_link* futex_link = nullptr;
-  bpf_link* switch_link = nullptr;      // phases: sched_switch
-  bpf_link* futex_exit_link = nullptr;  // phases: sys_exit_futex
+  bool uprobe_multi = false;
+  // The programs that run for every task, attached while a process is followed.
+  std::vector<bpf_link*> every_task_links;
+  bool attached = false;
   ring_buffer* phase_ring = nullptr;
   std::vector<PhaseEvent>* drain_out = nullptr;  // drain_phase_events' target, during the drain
-  std::vector<std::vector<bpf_link*>> library_links;  // parallel to libraries_
-  // (dev, inode) of the maps lines attach_process_libraries has handled: a process's libcuda
-  // is looked at once, not per process (maps shows the underlying file, stat() an overlay's).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> seen_maps_ids;
-  // (dev, inode) of files whose attach the kernel refused, and when to try again (monotonic ns).
+  // Followed processes per bit of zernel_follow (tgids that share a bit).
+  std::unordered_map<std::uint32_t, std::uint32_t> bit_users;
+  // (dev, inode) of files whose attach failed, and when to try again (monotonic ns).
   std::vector<std::pair<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t>> failed_maps_ids;
   int ncpus = 0;
+  LinkReaper reaper;
 
+  // Every link is gone before the object: the ones handed to the reaper, then the rest.
   ~Impl() {
-    for (auto& links : library_links) {
-      for (bpf_link* l : links) bpf_link__destroy(l);
-    }
+    reaper.settle();
+    for (bpf_link* l : every_task_links) bpf_link__destroy(l);
     ring_buffer__free(phase_ring);
-    bpf_link__destroy(futex_exit_link);
-    bpf_link__destroy(switch_link);
-    bpf_link__destroy(futex_link);
-    bpf_link__destroy(exit_link);
     probes_bpf__destroy(skel);
+  }
+
+  void set_follow_bit(std::uint32_t tgid, bool on) {
+    const std::uint32_t bit = tgid & ZERNEL_FOLLOW_MASK;
+    __u64* word = &skel->bss->zernel_follow[bit / 64];
+    const __u64 mask = 1ULL << (bit % 64);
+    if (on) {
+      if (bit_users[bit]++ == 0) __atomic_or_fetch(word, mask, __ATOMIC_RELEASE);
+      return;
+    }
+    const auto it = bit_users.find(bit);
+    if (it == bit_users.end() || --it->second > 0) return;
+    bit_users.erase(it);
+    __atomic_and_fetch(word, ~mask, __ATOMIC_RELEASE);
   }
 };
 
 GpuSyncProbes::GpuSyncProbes(std::unique_ptr<Impl> impl, Options options)
     : impl_(std::move(impl)), options_(std::move(options)) {}
 
-GpuSyncProbes::~GpuSyncProbes() = default;
+GpuSyncProbes::~GpuSyncProbes() {
+  for (auto& [pid, f] : followed_) impl_->reaper.destroy(std::move(f.links));
+}
 
 Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& options) {
   const std::string what = "loading the GPU sync probes";
@@ -156,37 +238,17 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
   impl->ncpus = libbpf_num_possible_cpus();
   if (impl->ncpus <= 0) return libbpf_error(what + ": counting possible CPUs", impl->ncpus);
 
+  impl->uprobe_multi = !options.perf_uprobes && kernel_has_uprobe_multi();
   impl->skel = probes_bpf__open();
   if (impl->skel == nullptr) return libbpf_error(what + ": opening probes.bpf.o", errno);
-  configure_phase_programs(*impl->skel, options);
+  configure_programs(*impl->skel, options, impl->uprobe_multi);
   if (const int err = probes_bpf__load(impl->skel); err != 0) {
     if (-err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
     return libbpf_error(what + " (the kernel rejected probes.bpf.o; libbpf's log has the reason)",
                         err);
   }
 
-  impl->exit_link = bpf_program__attach_raw_tracepoint(impl->skel->progs.zernel_thread_exit,
-                                                       "sched_process_exit");
-  if (impl->exit_link == nullptr) {
-    return libbpf_error(what + ": attaching the raw tracepoint sched_process_exit", errno);
-  }
-
   std::unique_ptr<GpuSyncProbes> self(new GpuSyncProbes(std::move(impl), options));
-  self->impl_->futex_link = bpf_program__attach_tracepoint(
-      self->impl_->skel->progs.zernel_futex_enter, "syscalls", "sys_enter_futex");
-  if (self->impl_->futex_link == nullptr) {
-    const int err = errno;
-    if (!tracefs_mounted()) {
-      self->futex_error_ = Error(ENOENT, std::string("counting futex waits: ") + kNoTracefs);
-    } else if (err == ENOENT) {
-      self->futex_error_ = Error(ENOENT,
-                                 "counting futex waits: the kernel has no tracepoint "
-                                 "syscalls:sys_enter_futex (CONFIG_FTRACE_SYSCALLS)");
-    } else {
-      self->futex_error_ =
-          libbpf_error("counting futex waits: attaching syscalls:sys_enter_futex", err);
-    }
-  }
   if (options.phase_events) {
     self->open_phase_events();
   } else {
@@ -197,21 +259,6 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
 
 void GpuSyncProbes::open_phase_events() {
   auto& impl = *impl_;
-  impl.switch_link = bpf_program__attach(impl.skel->progs.zernel_phase_switch);
-  if (impl.switch_link == nullptr) {
-    phase_error_ = libbpf_error("phases from events: attaching tp_btf/sched_switch", errno);
-    return;
-  }
-  // Without the futex-return tracepoint (no tracefs) NCCL waits would never end: the NCCL rule
-  // then stays off, as futex counting does (the entry side is attached with it).
-  if (futex_link_ok()) {
-    impl.futex_exit_link = bpf_program__attach_tracepoint(impl.skel->progs.zernel_futex_exit,
-                                                          "syscalls", "sys_exit_futex");
-    if (impl.futex_exit_link == nullptr) {
-      phase_error_ = libbpf_error("phases from events: attaching syscalls:sys_exit_futex", errno);
-      return;
-    }
-  }
   impl.phase_ring = ring_buffer__new(
       bpf_map__fd(impl.skel->maps.zernel_phase_events),
       [](void* ctx, void* data, std::size_t size) -> int {
@@ -228,22 +275,77 @@ void GpuSyncProbes::open_phase_events() {
   }
 }
 
+// The programs that run for every task: thread exit and the context switch (futex waits and
+// the phase rules). A failure turns off what needs that program and says so once.
+void GpuSyncProbes::attach_every_task_programs() {
+  auto& impl = *impl_;
+  auto& progs = impl.skel->progs;
+  impl.attached = true;
+  bpf_link* exit_link =
+      bpf_program__attach_raw_tracepoint(progs.zernel_thread_exit, "sched_process_exit");
+  if (exit_link == nullptr) {
+    spdlog::warn(
+        "GPU sync probes: attaching the raw tracepoint sched_process_exit: {} (the "
+        "state of exiting threads stays until forget)",
+        std::strerror(errno));
+  } else {
+    impl.every_task_links.push_back(exit_link);
+  }
+  if (futex_error_) return;  // failed before: not again at every first follow
+  bpf_link* switch_link = bpf_program__attach(progs.zernel_switch);
+  if (switch_link == nullptr) {
+    futex_error_ = libbpf_error("counting futex waits: attaching tp_btf/sched_switch", errno);
+    spdlog::warn("{}", futex_error_->message());
+    if (!phase_error_) {
+      phase_error_ = Error(futex_error_->code(), "phases from events: " + futex_error_->message());
+    }
+    return;
+  }
+  impl.every_task_links.push_back(switch_link);
+}
+
+void GpuSyncProbes::detach_every_task_programs() {
+  impl_->reaper.destroy(std::move(impl_->every_task_links));
+  impl_->every_task_links.clear();
+  impl_->attached = false;
+}
+
+GpuSyncProbes::Followed& GpuSyncProbes::follow(std::uint32_t pid) {
+  auto [it, added] = followed_.try_emplace(pid);
+  if (added) {
+    impl_->set_follow_bit(pid, true);
+    if (!impl_->attached) attach_every_task_programs();
+  }
+  return it->second;
+}
+
+void GpuSyncProbes::unfollow_if_idle(std::uint32_t pid) {
+  const auto it = followed_.find(pid);
+  if (it == followed_.end()) return;
+  if (it->second.futex || it->second.role || !it->second.links.empty()) return;
+  followed_.erase(it);
+  impl_->set_follow_bit(pid, false);
+  if (followed_.empty() && impl_->attached) detach_every_task_programs();
+}
+
+std::size_t GpuSyncProbes::followed() const { return followed_.size(); }
+bool GpuSyncProbes::attached() const { return impl_->attached; }
+bool GpuSyncProbes::uprobe_multi() const { return impl_->uprobe_multi; }
+void GpuSyncProbes::settle() { impl_->reaper.settle(); }
+
 int GpuSyncProbes::phase_map_fd() const {
   return phase_error_ ? -1 : bpf_map__fd(impl_->skel->maps.zernel_phase_threads);
 }
 
-GpuSyncProbes::ProgramRuns GpuSyncProbes::phase_switch_runs() const {
-  if (phase_error_) return {};
+GpuSyncProbes::ProgramRuns GpuSyncProbes::switch_runs() const {
   bpf_prog_info info{};
   __u32 len = sizeof info;
-  if (bpf_prog_get_info_by_fd(bpf_program__fd(impl_->skel->progs.zernel_phase_switch), &info,
-                              &len) != 0) {
+  if (bpf_prog_get_info_by_fd(bpf_program__fd(impl_->skel->progs.zernel_switch), &info, &len) !=
+      0) {
     return {};
   }
   return {info.run_cnt, info.run_time_ns};
 }
-
-bool GpuSyncProbes::futex_link_ok() const { return impl_->futex_link != nullptr; }
 
 Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
   if (phase_error_) return *phase_error_;
@@ -256,11 +358,9 @@ Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
     }
     return libbpf_error("phases from events: naming pid " + std::to_string(pid), err);
   }
-  // After the write: a thread that cached "no role" re-reads once (probes.bpf.c, phase_thread).
-  // Never 0 again, which means "no process named" there.
-  if (__atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE) == 0) {
-    __atomic_add_fetch(&impl_->skel->bss->zernel_phase_gen, 1U, __ATOMIC_RELEASE);
-  }
+  // After the role is in the map: its threads' events look it up from their next one.
+  follow(pid).role = true;
+  if (phase_error_) return *phase_error_;  // attaching the switch program failed just now
   return Ok{};
 }
 
@@ -273,81 +373,98 @@ std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
   return out.size() - before;
 }
 
-Result<bool> GpuSyncProbes::attach_library(const std::string& path) {
+Result<bool> GpuSyncProbes::attach_library(std::uint32_t pid, const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return errno_error("probing " + path);
-  const auto dev = static_cast<std::uint64_t>(st.st_dev);
-  const auto ino = static_cast<std::uint64_t>(st.st_ino);
-  for (const auto& lib : libraries_) {
-    if (lib.dev == dev && lib.inode == ino) return false;
+  const std::pair<std::uint64_t, std::uint64_t> id{static_cast<std::uint64_t>(st.st_dev),
+                                                   static_cast<std::uint64_t>(st.st_ino)};
+  if (const auto f = followed_.find(pid); f != followed_.end()) {
+    const auto& files = f->second.files;
+    if (std::find(files.begin(), files.end(), id) != files.end()) return false;
+  }
+  if (pid == 0 || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)) {
+    return Error(ESRCH, "probing " + path + " in pid " + std::to_string(pid) + ": no such process");
   }
 
-  std::vector<std::string> wanted;
-  for (const char* s : probes::kSyncSymbols) wanted.emplace_back(s);
-  for (const char* s : probes::kOptionalSyncSymbols) wanted.emplace_back(s);
-  auto found = probes::elf_defined_functions(path, wanted);
-  if (!found) return found.error().context("probing " + path);
-  std::string missing;
-  for (const char* s : probes::kSyncSymbols) {
-    if (std::find(found->begin(), found->end(), s) == found->end()) {
-      missing += missing.empty() ? s : std::string(", ") + s;
+  // The file's entry points, resolved once per file (dev, inode).
+  auto lib = std::find_if(libraries_.begin(), libraries_.end(), [&](const AttachedLibrary& l) {
+    return l.dev == id.first && l.inode == id.second;
+  });
+  if (lib == libraries_.end()) {
+    std::vector<std::string> wanted;
+    for (const char* s : probes::kSyncSymbols) wanted.emplace_back(s);
+    for (const char* s : probes::kOptionalSyncSymbols) wanted.emplace_back(s);
+    auto found = probes::elf_function_offsets(path, wanted);
+    if (!found) return found.error().context("probing " + path);
+    std::string missing;
+    for (const char* s : probes::kSyncSymbols) {
+      if (std::none_of(found->begin(), found->end(),
+                       [&](const probes::ElfFunction& f) { return f.name == s; })) {
+        missing += missing.empty() ? s : std::string(", ") + s;
+      }
     }
-  }
-  if (!missing.empty()) {
-    return Error(ENOENT, path + " has no " + missing + ": not a CUDA driver library");
+    if (!missing.empty()) {
+      return Error(ENOENT, path + " has no " + missing + ": not a CUDA driver library");
+    }
+    AttachedLibrary entry{path, id.first, id.second, {}, {}};
+    for (const auto& f : *found) {
+      entry.symbols.push_back(f.name);
+      entry.offsets.push_back(f.offset);
+    }
+    libraries_.push_back(std::move(entry));
+    lib = std::prev(libraries_.end());
   }
 
+  auto& progs = impl_->skel->progs;
+  const std::vector<unsigned long> offsets(lib->offsets.begin(), lib->offsets.end());
   std::vector<bpf_link*> links;
-  auto undo = [&links] {
-    for (bpf_link* l : links) bpf_link__destroy(l);
-  };
-  // The return probes first, for every symbol, then the entry probes: a call that enters between
-  // an entry probe's attach and its return probe's would count a depth that no return undoes,
-  // and the thread would read as inside a sync for good (each later call then looks nested). A
-  // return without its entry is harmless: it is counted as a miss and changes nothing.
-  for (const bool ret : {true, false}) {
-    for (const auto& sym : *found) {
-      bpf_uprobe_opts opts{};
+  auto undo = [&] { impl_->reaper.destroy(std::move(links)); };
+  // Attaches `prog` at every offset in pid; false (errno set) when the kernel refuses.
+  auto attach = [&](bpf_program* prog, bool ret) {
+    if (impl_->uprobe_multi) {
+      bpf_uprobe_multi_opts opts{};
       opts.sz = sizeof opts;
-      opts.func_name = sym.c_str();
+      opts.offsets = offsets.data();
+      opts.cnt = offsets.size();
       opts.retprobe = ret;
-      bpf_program* prog =
-          ret ? impl_->skel->progs.zernel_sync_return : impl_->skel->progs.zernel_sync_enter;
-      bpf_link* link = bpf_program__attach_uprobe_opts(prog, -1, path.c_str(), 0, &opts);
-      if (link == nullptr) {
-        const int err = errno;
-        undo();
-        return libbpf_error(std::string("attaching a ") + (ret ? "uretprobe" : "uprobe") + " to " +
-                                sym + " in " + path,
-                            err);
-      }
+      bpf_link* link = bpf_program__attach_uprobe_multi(prog, static_cast<pid_t>(pid), path.c_str(),
+                                                        nullptr, &opts);
+      if (link == nullptr) return false;
       links.push_back(link);
+      return true;
     }
-  }
-  if (!phase_error_) {
-    // Launches: entry probes for the phase rules (a launch the file lacks is skipped).
-    auto launches = probes::elf_defined_functions(
-        path, std::vector<std::string>(std::begin(probes::kLaunchSymbols),
-                                       std::end(probes::kLaunchSymbols)));
-    for (const auto& sym : launches ? *launches : std::vector<std::string>{}) {
+    for (const unsigned long off : offsets) {
       bpf_uprobe_opts opts{};
       opts.sz = sizeof opts;
-      opts.func_name = sym.c_str();
-      bpf_link* link = bpf_program__attach_uprobe_opts(impl_->skel->progs.zernel_launch, -1,
-                                                       path.c_str(), 0, &opts);
-      if (link == nullptr) {
-        const int err = errno;
-        undo();
-        return libbpf_error("attaching a uprobe to " + sym + " in " + path, err);
-      }
+      opts.retprobe = ret;
+      bpf_link* link =
+          bpf_program__attach_uprobe_opts(prog, static_cast<pid_t>(pid), path.c_str(), off, &opts);
+      if (link == nullptr) return false;
       links.push_back(link);
-      found->push_back(sym);
     }
+    return true;
+  };
+  // The return probes first, then the entry probes: a call that enters between an entry
+  // probe's attach and its return probe's would count a depth that no return undoes, and the
+  // thread would read as inside a sync for good (each later call then looks nested). A return
+  // without its entry is harmless: it is counted as a miss and changes nothing.
+  const char* failed = nullptr;
+  if (!attach(progs.zernel_sync_return, true)) {
+    failed = "uretprobes";
+  } else if (!attach(progs.zernel_sync_enter, false)) {
+    failed = "uprobes";
   }
-  libraries_.push_back(AttachedLibrary{path, dev, ino, std::move(*found)});
-  impl_->library_links.push_back(std::move(links));
-  spdlog::info("GPU sync probes attached to {} ({} entry points)", path,
-               libraries_.back().symbols.size());
+  if (failed != nullptr) {
+    const int err = errno;
+    undo();
+    return libbpf_error(
+        std::string("attaching ") + failed + " to " + path + " in pid " + std::to_string(pid), err);
+  }
+  Followed& f = follow(pid);
+  f.files.push_back(id);
+  f.links.insert(f.links.end(), links.begin(), links.end());
+  spdlog::info("GPU sync probes attached to {} in pid {} ({} entry points)", path, pid,
+               offsets.size());
   return true;
 }
 
@@ -358,10 +475,8 @@ Result<std::size_t> GpuSyncProbes::attach_process_libraries(std::uint32_t pid) {
   for (const auto& lib : *libs) {
     const std::pair<std::uint64_t, std::uint64_t> id{
         static_cast<std::uint64_t>(makedev(lib.dev_major, lib.dev_minor)), lib.inode};
-    auto& seen = impl_->seen_maps_ids;
-    if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
-    // A file the kernel refused is tried again after kAttachRetryNs, not at every scan (each
-    // refusal is a libbpf warning in the log: once a minute, not twice a second).
+    // A file that failed is tried again after kAttachRetryNs, not at every scan (each refusal
+    // is a libbpf warning in the log: once a minute, not twice a second).
     const std::uint64_t now = monotonic_ns();
     auto& failed = impl_->failed_maps_ids;
     const auto f =
@@ -369,8 +484,9 @@ Result<std::size_t> GpuSyncProbes::attach_process_libraries(std::uint32_t pid) {
     if (f != failed.end() && now < f->second) continue;
     // The path as the process sees it: through its root, which may be a container's.
     const std::string path = options_.proc_root + "/" + std::to_string(pid) + "/root" + lib.path;
-    auto r = attach_library(path);
+    auto r = attach_library(pid, path);
     if (!r) {
+      if (r.error().code() == ESRCH) return r.error();
       if (f != failed.end()) {
         f->second = now + kAttachRetryNs;
       } else {
@@ -380,7 +496,6 @@ Result<std::size_t> GpuSyncProbes::attach_process_libraries(std::uint32_t pid) {
     }
     if (f != failed.end()) failed.erase(f);
     if (*r) ++attached;
-    seen.push_back(id);
   }
   return attached;
 }
@@ -390,14 +505,19 @@ Result<void> GpuSyncProbes::track(std::uint32_t pid) {
   const zernel_probe_futex zero{};
   const int err = bpf_map__update_elem(impl_->skel->maps.zernel_probe_futex, &pid, sizeof pid,
                                        &zero, sizeof zero, BPF_NOEXIST);
-  if (err == -EEXIST) return Ok{};
   if (err == -E2BIG || err == -ENOMEM || err == -ENOSPC) {
     return Error(ENOSPC, "tracking futex waits of pid " + std::to_string(pid) +
                              ": the filter map is full (" + std::to_string(ZERNEL_PROBE_MAX_PROCS) +
                              " processes)");
   }
-  if (err != 0) return libbpf_error("tracking futex waits of pid " + std::to_string(pid), err);
-  if (auto it = previous_.find(pid); it != previous_.end()) it->second.futex_waits = 0;
+  if (err != 0 && err != -EEXIST) {
+    return libbpf_error("tracking futex waits of pid " + std::to_string(pid), err);
+  }
+  if (err == 0) {
+    if (auto it = previous_.find(pid); it != previous_.end()) it->second.futex_waits = 0;
+  }
+  follow(pid).futex = true;
+  if (futex_error_) return *futex_error_;  // attaching the futex programs failed just now
   return Ok{};
 }
 
@@ -408,6 +528,10 @@ Result<void> GpuSyncProbes::untrack(std::uint32_t pid) {
     return libbpf_error("untracking futex waits of pid " + std::to_string(pid), err);
   }
   if (auto it = previous_.find(pid); it != previous_.end()) it->second.futex_waits = 0;
+  if (auto it = followed_.find(pid); it != followed_.end()) {
+    it->second.futex = false;
+    unfollow_if_idle(pid);
+  }
   return Ok{};
 }
 
@@ -471,10 +595,37 @@ Result<ProbeSample> GpuSyncProbes::read(std::uint32_t pid, std::uint64_t now_ns)
 
 void GpuSyncProbes::forget(std::uint32_t pid) {
   auto* skel = impl_->skel;
+  const auto it = followed_.find(pid);
+  if (it != followed_.end()) {
+    // Its uprobes go first (in the background); then its threads' sync state, which the exit
+    // program no longer removes once the process is not followed.
+    impl_->reaper.destroy(std::move(it->second.links));
+    if (!it->second.files.empty()) {
+      __u32 key = 0;
+      __u32 next = 0;
+      std::vector<__u32> mine;
+      for (const __u32* prev = nullptr;
+           bpf_map__get_next_key(skel->maps.zernel_probe_threads, prev, &next, sizeof next) == 0;
+           prev = &key) {
+        key = next;
+        zernel_probe_thread t{};
+        if (bpf_map__lookup_elem(skel->maps.zernel_probe_threads, &key, sizeof key, &t, sizeof t,
+                                 0) == 0 &&
+            t.tgid == pid) {
+          mine.push_back(key);
+        }
+      }
+      for (__u32 tid : mine) {
+        (void)bpf_map__delete_elem(skel->maps.zernel_probe_threads, &tid, sizeof tid, 0);
+      }
+    }
+    it->second = Followed{};
+  }
   (void)bpf_map__delete_elem(skel->maps.zernel_probe_procs, &pid, sizeof pid, 0);
   (void)bpf_map__delete_elem(skel->maps.zernel_probe_futex, &pid, sizeof pid, 0);
   (void)bpf_map__delete_elem(skel->maps.zernel_phase_procs, &pid, sizeof pid, 0);
   previous_.erase(pid);
+  unfollow_if_idle(pid);
 }
 
 ProbeStats GpuSyncProbes::stats() const {

@@ -1,26 +1,34 @@
 #pragma once
-// GpuSyncProbes: the BPF tracing programs of bpf/probes.bpf.c, loaded and attached, and the
-// per-process signals they give, read once per tick (docs/probes.md).
+// GpuSyncProbes: the BPF tracing programs of bpf/probes.bpf.c, loaded, attached while some
+// process is followed, and the per-process signals they give, read once per tick
+// (docs/probes.md).
 //
 //   in_sync, last_sync_return_ns, cpu_burst_ns, sync_count/time deltas: uprobes and uretprobes
-//       on libcuda's cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize, attached per
-//       distinct library file (dev, inode) for every process that maps it (attach_library).
-//   futex_waits_delta, main_futex_wait_ns: the tracepoint syscalls:sys_enter_futex, counting
-//       FUTEX_WAIT, FUTEX_WAIT_BITSET and FUTEX_WAIT_REQUEUE_PI of the processes track() names,
-//       and stamping when their main thread last entered one.
+//       on libcuda's cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize, attached in
+//       each followed process to the library files it maps (attach_process_libraries); another
+//       process mapping the same file takes no breakpoint.
+//   futex_waits_delta, main_futex_wait_ns: the context-switch program (tp_btf/sched_switch)
+//       counts the futex(2) waits (FUTEX_WAIT, _BITSET, _REQUEUE_PI) that threads of the
+//       processes track() names go to sleep in, and stamps when their main thread last did; no
+//       system-call tracepoint (those tax every system call of every task).
 //   last_burst_ns: the entry uprobe, the CPU burst a sync ends (runtime at entry minus runtime
 //       at the thread's previous return).
 //
-// Lifetime: open() loads the object and attaches the futex tracepoint and a thread-exit
-// tracepoint; each attach_library() adds six probes; the destructor detaches everything and
-// frees the maps. Only built with the BPF toolchain (ZERNEL_HAVE_PROBES); without it, or where
-// open() fails (not root, no BPF, no BTF), the daemon goes on without these signals and says so
-// once. Errors are worded for that one log line:
+// Who pays: open() loads the object and attaches nothing. A process becomes followed when
+// attach_process_libraries(), track() or set_phase_role() first names it, and stays so until
+// forget(). While at least one process is followed, the programs that run for every task (the
+// context switch: futex waits and the phase rules; thread exit) are attached, and each leaves at
+// once for a task whose process is not followed (a bitmap test, no map lookup, no storage);
+// when the last one is forgotten they are detached. Detaching is done by a background thread (a
+// uprobe's detach waits for an RCU grace period, up to ~100 ms), so forget() never blocks the
+// daemon's tick; the destructor waits for it.
+//
+// Only built with the BPF toolchain (ZERNEL_HAVE_PROBES); without it, or where open() fails
+// (not root, no BPF, no BTF), the daemon goes on without these signals and says so once. Errors
+// are worded for that one log line:
 //   "loading the GPU sync probes: BPF probes need root (CAP_BPF, CAP_PERFMON)"
-//   "counting futex waits: tracefs not mounted (mount -t tracefs nodev /sys/kernel/tracing)"
+//   "counting futex waits: attaching tp_btf/sched_switch: ..." (at the first follow)
 //   "/usr/lib/x86_64-linux-gnu/libcuda.so.1 has no cuStreamSynchronize: not a CUDA driver ..."
-// A missing tracefs costs only the futex counts: open() succeeds, has_futex() is false and
-// futex_error() says why (uprobes do not need tracefs).
 //
 // Pids are the host pid namespace's (the daemon runs there, as it must to schedule). Not
 // thread-safe: one thread (the daemon's collect step) owns the object.
@@ -30,9 +38,12 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
+
+struct bpf_link;  // libbpf
 
 namespace zernel::collect {
 
@@ -97,7 +108,6 @@ enum class PhaseCause : std::uint8_t {
   worker_run = 7,       // a worker runs: DataLoading
   worker_idle = 8,      // a worker slept past the hysteresis: Unknown
   optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
-  launch = 10,          // a kernel launch after a data wait (or in Unknown): GpuCompute
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value
@@ -112,26 +122,30 @@ struct PhaseEvent {
 
 // A library file the probes are attached to.
 struct AttachedLibrary {
-  std::string path;  // the path it was attached by
+  std::string path;  // the path it was first attached by
   std::uint64_t dev = 0;
   std::uint64_t inode = 0;
   std::vector<std::string> symbols;  // the entry points probed (3 to 5)
+  std::vector<std::uint64_t> offsets;  // their offsets in the file, in the same order
 };
 
 class GpuSyncProbes {
  public:
   struct Options {
     std::string proc_root = "/proc";  // for maps, schedstat and /proc/PID/root
-    // Phases from events: the context-switch and futex-return programs are loaded and attached,
-    // and the ring buffer is sized for them, only when this is set.
+    // Phases from events: the context-switch program applies the phase rules, and the ring
+    // buffer is sized for them, only when this is set.
     bool phase_events = false;
     std::uint64_t sync_hysteresis_ns = 2'000'000;  // a sync begun in OptimizerStep
     std::uint64_t idle_hysteresis_ns = 2'000'000;  // a worker's sleep before it is idle
     std::uint64_t optimizer_max_ns = 200'000'000;  // CPU in OptimizerStep before Unknown
+    // Uprobes as one perf-event link per function even where the kernel has multi-uprobe links:
+    // what kernels before 6.6 get, so that tests cover it.
+    bool perf_uprobes = false;
   };
 
   // Loads the BPF object (needs root: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN; and kernel BTF)
-  // and attaches the thread-exit and futex tracepoints. No library is probed yet.
+  // and attaches nothing: no program runs until a process is followed.
   static Result<std::unique_ptr<GpuSyncProbes>> open(const Options& options);
   static Result<std::unique_ptr<GpuSyncProbes>> open() { return open(Options{}); }
 
@@ -141,12 +155,13 @@ class GpuSyncProbes {
   GpuSyncProbes(GpuSyncProbes&&) = delete;
   GpuSyncProbes& operator=(GpuSyncProbes&&) = delete;
 
-  // Attaches the six probes (entry and return of the three sync calls, plus the optional
-  // variants the file has) to the library at `path`, for every process, present and future, that
-  // maps that file. True when newly attached, false when that file (dev, inode) already is.
-  // Errors: the file cannot be opened; it is not ELF; it lacks one of the three calls; the
-  // kernel refuses the uprobe. On error nothing of this file stays attached.
-  [[nodiscard]] Result<bool> attach_library(const std::string& path);
+  // Attaches the sync probes (entry and return of the three sync calls, plus the optional
+  // variants the file has; kernel launches are not probed, docs/probes.md) to the library at
+  // `path` in process `pid` only, and follows it. True when newly attached, false when that
+  // file (dev, inode) already is in that process. Errors: the file cannot be opened; it is not
+  // ELF; it lacks one of the three calls; the process is gone; the kernel refuses the uprobe.
+  // On error nothing of this file stays attached in it.
+  [[nodiscard]] Result<bool> attach_library(std::uint32_t pid, const std::string& path);
 
   // Attaches every libcuda the process maps (/proc/PID/maps), opened through /proc/PID/root so
   // a library inside a container's file system is found. Returns how many files were newly
@@ -154,8 +169,9 @@ class GpuSyncProbes {
   // with code ESRCH.
   [[nodiscard]] Result<std::size_t> attach_process_libraries(std::uint32_t pid);
 
-  // Starts / stops counting the process's futex waits. track() of a tracked pid keeps its count.
-  // Errors: futex counting unavailable (has_futex() false), or the filter map is full (65,536).
+  // Starts / stops counting the process's futex waits; track() follows the process. track() of
+  // a tracked pid keeps its count. Errors: futex counting unavailable (has_futex() false), or
+  // the filter map is full (65,536).
   [[nodiscard]] Result<void> track(std::uint32_t pid);
   [[nodiscard]] Result<void> untrack(std::uint32_t pid);
 
@@ -163,14 +179,16 @@ class GpuSyncProbes {
   // A process the probes never saw reads as all zeros. Errors only for a failing map read.
   [[nodiscard]] Result<ProbeSample> read(std::uint32_t pid, std::uint64_t now_ns);
 
-  // Drops everything about the process: its map entries (sync state, futex tracking) and the
-  // previous-read state. Call when it exits or stops being tracked. (The BPF side also drops a
-  // process's entries when its last thread exits, so a reused pid starts clean.)
+  // Drops everything about the process: its uprobes (detached in the background), its map
+  // entries (sync state, futex tracking, role) and the previous-read state; when it was the
+  // last followed process, the programs that run for every task are detached too. Call when it
+  // exits or stops being tracked. (The BPF side also drops a followed process's entries when
+  // its last thread exits, so a reused pid starts clean.)
   void forget(std::uint32_t pid);
 
   // Phases from events. set_phase_role() names a process whose threads get phases (again: its
-  // role changes for threads not seen yet); forget() drops it. drain_phase_events() appends
-  // every change the ring buffer holds, oldest first, and returns how many. Errors: phase
+  // role changes for threads not seen yet) and follows it; forget() drops it. drain_phase_events()
+  // appends every change the ring buffer holds, oldest first, and returns how many. Errors: phase
   // events off or unavailable (has_phase_events() false), the role map full (65,536).
   [[nodiscard]] Result<void> set_phase_role(std::uint32_t pid, PhaseRole role);
   std::size_t drain_phase_events(std::vector<PhaseEvent>& out);
@@ -184,21 +202,43 @@ class GpuSyncProbes {
   [[nodiscard]] const std::optional<Error>& futex_error() const { return futex_error_; }
   [[nodiscard]] const std::vector<AttachedLibrary>& libraries() const { return libraries_; }
   [[nodiscard]] ProbeStats stats() const;
-  // The sched_switch phase program's runs and their summed time (ns) so far, for benchmarks;
+  // The context-switch program's runs and their summed time (ns) so far, for benchmarks;
   // counted only while the kernel's run-time statistics are on (BPF_ENABLE_STATS or
-  // kernel.bpf_stats_enabled). Zeros when phases from events are off.
+  // kernel.bpf_stats_enabled) and while it is attached (a process is followed).
   struct ProgramRuns {
     std::uint64_t count = 0;
     std::uint64_t ns = 0;
   };
-  [[nodiscard]] ProgramRuns phase_switch_runs() const;
+  [[nodiscard]] ProgramRuns switch_runs() const;
+
+  // What is attached (docs/probes.md, "What is attached when"). followed(): processes with
+  // uprobes, futex counting or a role. attached(): the programs that run for every task are.
+  [[nodiscard]] std::size_t followed() const;
+  [[nodiscard]] bool attached() const;
+  // Whether a process's uprobes are one multi-uprobe link per program (Linux 6.6+) rather than
+  // one perf-event link per function.
+  [[nodiscard]] bool uprobe_multi() const;
+  // Waits until every detach begun so far is done (they run on a background thread).
+  void settle();
 
   struct Impl;  // libbpf objects (gpu_sync_probes.cpp)
 
  private:
   GpuSyncProbes(std::unique_ptr<Impl> impl, Options options);
   void open_phase_events();  // sets phase_error_ when it cannot
-  [[nodiscard]] bool futex_link_ok() const;
+  // A followed process: what of it is probed.
+  struct Followed {
+    bool futex = false;  // its futex waits are counted (track)
+    bool role = false;   // its threads get phases (set_phase_role)
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> files;  // (dev, inode) probed in it
+    std::vector<bpf_link*> links;                                // its uprobes
+  };
+  // The process's entry of the followed set, made (and the every-task programs attached, for
+  // the first) when missing; unfollow_if_idle() drops it once nothing of it is left.
+  Followed& follow(std::uint32_t pid);
+  void unfollow_if_idle(std::uint32_t pid);
+  void attach_every_task_programs();
+  void detach_every_task_programs();
 
   struct Previous {
     std::uint64_t sync_count = 0;
@@ -212,6 +252,7 @@ class GpuSyncProbes {
   std::optional<Error> futex_error_;
   std::optional<Error> phase_error_;
   std::vector<AttachedLibrary> libraries_;
+  std::unordered_map<std::uint32_t, Followed> followed_;
   std::unordered_map<std::uint32_t, Previous> previous_;
   std::string buf_;  // schedstat reads
 };

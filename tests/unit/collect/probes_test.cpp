@@ -35,6 +35,7 @@
 
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "common/clock.hpp"
 #include "support/emulated_gpu.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
@@ -50,13 +51,6 @@ using namespace std::chrono_literals;
 constexpr std::uint64_t kMs = 1'000'000;
 
 std::string fake_libcuda() { return std::string(ZERNEL_FAKE_LIB_DIR) + "/libcuda.so.1"; }
-
-std::uint64_t monotonic_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
-         static_cast<std::uint64_t>(ts.tv_nsec);
-}
 
 std::uint64_t thread_cpu_ns() {
   timespec ts{};
@@ -201,8 +195,11 @@ int gpu_step_child(int cmd, int rep, std::uint64_t work_ns, std::uint64_t burn_n
 }
 
 // The child making futex calls on command:
-//   'W': 200 FUTEX_WAITs that return at once (the word differs from the expected value: EAGAIN),
-//        half of them private, plus 50 FUTEX_WAIT_BITSET with FUTEX_CLOCK_REALTIME; reply 'w'.
+//   'W': 200 FUTEX_WAITs that sleep until their 50 us timeout (the word holds the expected value),
+//        half of them private, plus 50 FUTEX_WAIT_BITSET with FUTEX_CLOCK_REALTIME and an
+//        absolute deadline 50 us ahead; reply 'w'.
+//   'E': 200 FUTEX_WAITs that return at once (the word differs from the expected value: EAGAIN,
+//        no sleep); reply 'e'.
 //   'K': 200 FUTEX_WAKEs (not waits); reply 'k'.
 //   'C': 20 pthread_cond_timedwait of 1 ms that time out (glibc's own futex waits); reply 'c'.
 //   anything else: exit.
@@ -211,13 +208,24 @@ int futex_child(int cmd, int rep) {
   for (;;) {
     const char c = Child::next(cmd);
     if (c == 'W') {
+      const timespec fifty_us{0, 50'000};
       for (int i = 0; i < 200; ++i) {
-        futex(&word, (i % 2 != 0) ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 0);
+        futex(&word, (i % 2 != 0) ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 1, &fifty_us);
       }
       for (int i = 0; i < 50; ++i) {
-        futex(&word, FUTEX_WAIT_BITSET | FUTEX_CLOCK_REALTIME | FUTEX_PRIVATE_FLAG, 0);
+        timespec deadline{};
+        clock_gettime(CLOCK_REALTIME, &deadline);
+        deadline.tv_nsec += 50'000;
+        if (deadline.tv_nsec >= 1'000'000'000) {
+          deadline.tv_sec += 1;
+          deadline.tv_nsec -= 1'000'000'000;
+        }
+        futex(&word, FUTEX_WAIT_BITSET | FUTEX_CLOCK_REALTIME | FUTEX_PRIVATE_FLAG, 1, &deadline);
       }
       Child::reply(rep, 'w');
+    } else if (c == 'E') {
+      for (int i = 0; i < 200; ++i) futex(&word, FUTEX_WAIT_PRIVATE, 0);
+      Child::reply(rep, 'e');
     } else if (c == 'K') {
       for (int i = 0; i < 200; ++i) futex(&word, FUTEX_WAKE_PRIVATE, 1);
       Child::reply(rep, 'k');
@@ -241,6 +249,42 @@ int futex_child(int cmd, int rep) {
       return 0;
     }
   }
+}
+
+// A child that loads the emulated libcuda and waits: 'L' once loaded, exits on any command.
+int libcuda_child(int cmd, int rep) {
+  if (dlopen(fake_libcuda().c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) return 1;
+  Child::reply(rep, 'L');
+  Child::next(cmd);
+  return 0;
+}
+
+// A child on the emulated GPU: 'L' once it has a stream; each 'G': 1,000 syncs with nothing
+// queued and 1,000 launches of no device time, then 'd'.
+constexpr std::uint64_t kLoopCalls = 1000;
+int sync_loop_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
+  Child::reply(rep, 'L');
+  while (Child::next(cmd) == 'G') {
+    for (std::uint64_t i = 0; i < kLoopCalls; ++i) {
+      if (gpu.stream_sync(gpu.stream) != 0 || gpu.enqueue(gpu.stream, 0) != 0) {
+        return Child::reply(rep, 'F'), 1;
+      }
+    }
+    Child::reply(rep, 'd');
+  }
+  return 0;
+}
+
+// Each command 'G': 2 ms of CPU, then the reply 'd'; between commands it sleeps in read().
+int burn_step_child(int cmd, int rep) {
+  Child::reply(rep, 'L');
+  while (Child::next(cmd) == 'G') {
+    burn_cpu(2 * kMs);
+    Child::reply(rep, 'd');
+  }
+  return 0;
 }
 
 class Probes : public ::testing::Test {
@@ -321,31 +365,62 @@ TEST(CudaLibrary, finds_the_sync_symbols_of_the_emulated_driver) {
 // ---------------------------------------------------------------------------------------------
 // Loading and attaching.
 
-TEST_F(Probes, loads_and_attaches_to_the_emulated_libcuda_once_per_file) {
-  auto r = probes_->attach_library(fake_libcuda());
+TEST_F(Probes, loads_and_attaches_to_the_emulated_libcuda_once_per_process) {
+  EXPECT_FALSE(probes_->attached());  // nothing until a process is followed
+  Child a(libcuda_child);
+  Child b(libcuda_child);
+  ASSERT_EQ(a.expect(), 'L');
+  ASSERT_EQ(b.expect(), 'L');
+  auto r = probes_->attach_library(a.upid(), fake_libcuda());
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_TRUE(*r);
+  EXPECT_TRUE(probes_->attached());
+  EXPECT_EQ(probes_->followed(), 1U);
   ASSERT_EQ(probes_->libraries().size(), 1U);
-  EXPECT_EQ(probes_->libraries()[0].symbols.size(), 3U);
-  // The same file again, by the same path and by another one: already attached.
-  auto again = probes_->attach_library(fake_libcuda());
+  EXPECT_EQ(probes_->libraries()[0].symbols.size(), 3U);  // the syncs; launches are not probed
+  // The same file in the same process again, by the same path and by another one: attached.
+  auto again = probes_->attach_library(a.upid(), fake_libcuda());
   ASSERT_TRUE(again.ok()) << again.error().message();
   EXPECT_FALSE(*again);
-  auto via_root = probes_->attach_library("/proc/self/root" + fake_libcuda());
+  auto via_root = probes_->attach_library(a.upid(), "/proc/self/root" + fake_libcuda());
   ASSERT_TRUE(via_root.ok()) << via_root.error().message();
   EXPECT_FALSE(*via_root);
+  // In another process: its own probes, the file resolved once.
+  auto other = probes_->attach_library(b.upid(), fake_libcuda());
+  ASSERT_TRUE(other.ok()) << other.error().message();
+  EXPECT_TRUE(*other);
   EXPECT_EQ(probes_->libraries().size(), 1U);
+  EXPECT_EQ(probes_->followed(), 2U);
+  probes_->forget(a.upid());
+  EXPECT_TRUE(probes_->attached());
+  probes_->forget(b.upid());
+  EXPECT_EQ(probes_->followed(), 0U);
+  EXPECT_FALSE(probes_->attached());
 }
 
 TEST_F(Probes, refuses_a_library_without_the_sync_calls_fail) {
-  auto r = probes_->attach_library(std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
+  const auto self = static_cast<std::uint32_t>(getpid());
+  auto r = probes_->attach_library(self, std::string(ZERNEL_FAKE_LIB_DIR) + "/libnvidia-ml.so.1");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find("has no cuCtxSynchronize"), std::string::npos)
       << r.error().message();
   EXPECT_NE(r.error().message().find("not a CUDA driver library"), std::string::npos);
-  EXPECT_FALSE(probes_->attach_library("/proc/self/status").ok());
-  EXPECT_FALSE(probes_->attach_library("/no/such/libcuda.so.1").ok());
+  EXPECT_FALSE(probes_->attach_library(self, "/proc/self/status").ok());
+  EXPECT_FALSE(probes_->attach_library(self, "/no/such/libcuda.so.1").ok());
   EXPECT_TRUE(probes_->libraries().empty());
+  EXPECT_EQ(probes_->followed(), 0U);
+  EXPECT_FALSE(probes_->attached());
+}
+
+TEST_F(Probes, refuses_a_process_that_is_gone_fail) {
+  Child child(libcuda_child);
+  ASSERT_EQ(child.expect(), 'L');
+  const std::uint32_t pid = child.upid();
+  child.kill_and_reap();
+  auto r = probes_->attach_library(pid, fake_libcuda());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ESRCH) << r.error().message();
+  EXPECT_EQ(probes_->followed(), 0U);
 }
 
 TEST_F(Probes, open_without_privileges_says_what_is_needed_fail) {
@@ -362,7 +437,9 @@ TEST_F(Probes, open_without_privileges_says_what_is_needed_fail) {
   EXPECT_EQ(child.expect(), 'y');
 }
 
-TEST_F(Probes, without_tracefs_only_futex_counting_is_off_and_says_why) {
+// Nothing of the probes needs tracefs: the futex waits come from the context switch (a BTF
+// tracepoint, attached by name), not from the syscall tracepoints.
+TEST_F(Probes, work_without_tracefs) {
   // A child in its own mount namespace unmounts tracefs there (the host keeps it).
   Child child([](int, int rep) {
     if (unshare(CLONE_NEWNS) != 0 ||
@@ -376,20 +453,15 @@ TEST_F(Probes, without_tracefs_only_futex_counting_is_off_and_says_why) {
     auto r = GpuSyncProbes::open();
     if (!r.ok()) return Child::reply(rep, 'o'), 0;
     auto& p = *r.value();
-    const bool off = !p.has_futex() && p.futex_error()->message() ==
-                                           "counting futex waits: tracefs not mounted "
-                                           "(mount -t tracefs nodev /sys/kernel/tracing)";
-    const auto tracked = p.track(1);
-    const bool track_says =
-        !tracked.ok() && tracked.error().message() == p.futex_error()->message();
-    auto attached = p.attach_library(fake_libcuda());  // uprobes need no tracefs
-    Child::reply(rep, !off ? 'f' : !track_says ? 't' : !(attached.ok() && *attached) ? 'a' : 'y');
+    const auto self = static_cast<std::uint32_t>(getpid());
+    const bool tracked = p.track(self).ok() && p.has_futex() && p.attached();
+    auto attached = p.attach_library(self, fake_libcuda());
+    Child::reply(rep, !tracked ? 't' : !(attached.ok() && *attached) ? 'a' : 'y');
     return 0;
   });
   const char c = child.expect(30'000);
   if (c == 's') GTEST_SKIP() << "cannot unmount tracefs in a private mount namespace";
-  EXPECT_EQ(c, 'y') << "o: open failed, f: futex not reported off, t: track() wording, "
-                       "a: attach_library failed";
+  EXPECT_EQ(c, 'y') << "o: open failed, t: futex counting off, a: attach_library failed";
 }
 
 TEST_F(Probes, an_unknown_process_reads_as_zeros) {
@@ -518,8 +590,6 @@ TEST_F(Probes, attaching_while_a_thread_syncs_in_a_loop_leaves_no_sync_open) {
 
 TEST_F(Probes, drops_a_process_that_exits_and_one_killed_inside_a_sync) {
   EmulatedGpu gpu;
-  auto r = probes_->attach_library(fake_libcuda());
-  ASSERT_TRUE(r.ok()) << r.error().message();
   const auto before = probes_->stats();
 
   // 5 s of work: the child is still blocked when it is killed.
@@ -527,6 +597,8 @@ TEST_F(Probes, drops_a_process_that_exits_and_one_killed_inside_a_sync) {
       [](int cmd, int rep) { return gpu_step_child(cmd, rep, 5000 * kMs, 0); });
   const std::uint32_t pid = child->upid();
   ASSERT_EQ(child->expect(), 'L');
+  auto r = probes_->attach_process_libraries(pid);
+  ASSERT_TRUE(r.ok()) << r.error().message();
   ASSERT_TRUE(child->send('G'));
   ASSERT_EQ(child->expect(), 'S');
   bool saw_in_sync = false;
@@ -545,10 +617,10 @@ TEST_F(Probes, drops_a_process_that_exits_and_one_killed_inside_a_sync) {
 
 TEST_F(Probes, forget_drops_the_state_of_a_process) {
   EmulatedGpu gpu;
-  auto r = probes_->attach_library(fake_libcuda());
-  ASSERT_TRUE(r.ok()) << r.error().message();
   Child child([](int cmd, int rep) { return gpu_step_child(cmd, rep, 10 * kMs, 0); });
   ASSERT_EQ(child.expect(), 'L');
+  auto r = probes_->attach_process_libraries(child.upid());
+  ASSERT_TRUE(r.ok()) << r.error().message();
   ASSERT_TRUE(child.send('G'));
   ASSERT_EQ(child.expect(), 'S');
   ASSERT_EQ(child.expect(), 'R');
@@ -559,6 +631,8 @@ TEST_F(Probes, forget_drops_the_state_of_a_process) {
   EXPECT_EQ(s.last_sync_return_ns, 0U);
   EXPECT_EQ(s.sync_count_delta, 0U);
   EXPECT_EQ(s.interval_ns, 0U);  // a first read again
+  EXPECT_EQ(probes_->followed(), 0U);
+  EXPECT_FALSE(probes_->attached());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -585,9 +659,11 @@ TEST_F(Probes, counts_futex_waits_of_tracked_processes_only) {
   EXPECT_GE(waits, 250U);
   EXPECT_LE(waits, 260U);  // a few of the child's own, at most
 
-  // Wakes are not waits.
+  // Wakes are not waits, and a wait that does not sleep (EAGAIN) waits for nothing.
   ASSERT_TRUE(child.send('K'));
   ASSERT_EQ(child.expect(), 'k');
+  ASSERT_TRUE(child.send('E'));
+  ASSERT_EQ(child.expect(), 'e');
   EXPECT_LE(read(pid).futex_waits_delta, 5U);
 
   // glibc's condition variable waits.
@@ -600,13 +676,194 @@ TEST_F(Probes, counts_futex_waits_of_tracked_processes_only) {
   ASSERT_TRUE(child.send('W'));
   ASSERT_EQ(child.expect(), 'w');
   EXPECT_EQ(read(pid).futex_waits_delta, 0U);
-  EXPECT_GT(probes_->stats().futex_untracked, 0U);
+  EXPECT_FALSE(probes_->attached());  // it was the only process followed
 
   // And tracked once more: counting starts from zero.
   ASSERT_TRUE(probes_->track(pid).ok());
   ASSERT_TRUE(child.send('W'));
   ASSERT_EQ(child.expect(), 'w');
   EXPECT_GE(read(pid).futex_waits_delta, 250U);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Who pays (docs/probes.md, "What is attached when"): nothing is attached while no process is
+// followed, uprobes trap only in followed processes, and the programs that run for every task
+// give no storage to tasks of processes nobody follows. Checked against the kernel's own view
+// (its BPF links, a task's storage looked up by pidfd), with the loader's API of before this
+// change only, so the same tests fail on the old loader (docs/benchmarks.md, "The tax").
+
+// The kernel ids of the BPF programs this process holds (its bpf-prog descriptors' fdinfo).
+std::vector<std::uint32_t> own_program_ids() {
+  std::vector<std::uint32_t> ids;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char target[64] = {};
+    const std::string link = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(link.c_str(), target, sizeof target - 1);
+    if (n <= 0 || std::string_view(target, static_cast<std::size_t>(n)) != "anon_inode:bpf-prog") {
+      continue;
+    }
+    FILE* info = std::fopen(("/proc/self/fdinfo/" + std::to_string(fd)).c_str(), "r");
+    if (info == nullptr) continue;
+    char line[256];
+    while (std::fgets(line, sizeof line, info) != nullptr) {
+      unsigned id = 0;
+      if (std::sscanf(line, "prog_id: %u", &id) == 1) ids.push_back(id);
+    }
+    std::fclose(info);
+  }
+  return ids;
+}
+
+long bpf_syscall(int cmd, bpf_attr& attr) { return syscall(SYS_bpf, cmd, &attr, sizeof attr); }
+
+// The BPF links of the whole kernel that run one of `progs`.
+std::size_t links_running(const std::vector<std::uint32_t>& progs) {
+  std::size_t n = 0;
+  bpf_attr next{};
+  while (true) {
+    if (bpf_syscall(BPF_LINK_GET_NEXT_ID, next) != 0) break;
+    const std::uint32_t id = next.next_id;
+    next.start_id = id;
+    bpf_attr get{};
+    get.link_id = id;
+    const int fd = static_cast<int>(bpf_syscall(BPF_LINK_GET_FD_BY_ID, get));
+    if (fd < 0) continue;  // gone meanwhile
+    bpf_link_info info{};
+    bpf_attr query{};
+    query.info.bpf_fd = static_cast<std::uint32_t>(fd);
+    query.info.info_len = sizeof info;
+    query.info.info = reinterpret_cast<std::uint64_t>(&info);
+    if (bpf_syscall(BPF_OBJ_GET_INFO_BY_FD, query) == 0 &&
+        std::find(progs.begin(), progs.end(), info.prog_id) != progs.end()) {
+      ++n;
+    }
+    close(fd);
+  }
+  return n;
+}
+
+// Polls `done` every 10 ms for up to `ms`; its last answer.
+bool eventually(const std::function<bool()>& done, int ms = 10'000) {
+  for (int waited = 0; waited < ms; waited += 10) {
+    if (done()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return done();
+}
+
+TEST(ProbesWhoPays, attach_nothing_while_no_process_is_followed) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  GpuSyncProbes::Options o;
+  o.phase_events = true;  // every program loaded
+  auto r = GpuSyncProbes::open(o);
+  if (!r) GTEST_SKIP() << r.error().message();
+  auto& probes = *r.value();
+  const std::vector<std::uint32_t> progs = own_program_ids();
+  ASSERT_GE(progs.size(), 4U) << "the probes' programs are not among this process's descriptors";
+  EXPECT_EQ(links_running(progs), 0U) << "programs of ours attached with no process followed";
+
+  Child child(libcuda_child);
+  ASSERT_EQ(child.expect(), 'L');
+  auto attached = probes.attach_process_libraries(child.upid());
+  ASSERT_TRUE(attached.ok()) << attached.error().message();
+  if (probes.has_futex()) {
+    ASSERT_TRUE(probes.track(child.upid()).ok());
+  }
+  ASSERT_TRUE(probes.set_phase_role(child.upid(), PhaseRole::rank).ok());
+  EXPECT_GE(links_running(progs), 3U) << "exit, context switch and the child's uprobes";
+
+  probes.forget(child.upid());
+  (void)probes.untrack(child.upid());
+  EXPECT_TRUE(eventually([&] { return links_running(progs) == 0; }))
+      << links_running(progs) << " links left after the last followed process was forgotten";
+}
+
+// `perf_uprobes`: with one perf link per function (kernels before 6.6) instead of multi-uprobe
+// links.
+void expect_no_uprobe_hit_outside_the_followed_process(bool perf_uprobes) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  GpuSyncProbes::Options o;
+  o.phase_events = true;
+  o.perf_uprobes = perf_uprobes;
+  auto r = GpuSyncProbes::open(o);
+  if (!r) GTEST_SKIP() << r.error().message();
+  auto& probes = *r.value();
+  EmulatedGpu gpu;
+  Child followed(sync_loop_child);
+  Child other(sync_loop_child);
+  ASSERT_EQ(followed.expect(), 'L');
+  ASSERT_EQ(other.expect(), 'L');
+  auto attached = probes.attach_process_libraries(followed.upid());
+  ASSERT_TRUE(attached.ok()) << attached.error().message();
+  ASSERT_EQ(*attached, 1U);
+  (void)probes.read(followed.upid(), monotonic_ns());
+  (void)probes.read(other.upid(), monotonic_ns());
+  const ProbeStats before = probes.stats();
+  ASSERT_TRUE(other.send('G'));
+  ASSERT_EQ(other.expect(), 'd');
+  ASSERT_TRUE(followed.send('G'));
+  ASSERT_EQ(followed.expect(), 'd');
+  const ProbeStats after = probes.stats();
+  // Every sync of the followed process, none of the other's (which maps the same file).
+  EXPECT_EQ(after.sync_enter - before.sync_enter, kLoopCalls);
+  EXPECT_EQ(after.sync_return - before.sync_return, kLoopCalls);
+  auto mine = probes.read(followed.upid(), monotonic_ns());
+  auto its = probes.read(other.upid(), monotonic_ns());
+  ASSERT_TRUE(mine.ok() && its.ok());
+  EXPECT_EQ(mine->sync_count_delta, kLoopCalls);
+  EXPECT_EQ(its->sync_count_delta, 0U);
+  EXPECT_EQ(its->last_sync_return_ns, 0U);
+}
+
+TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit) {
+  expect_no_uprobe_hit_outside_the_followed_process(false);
+}
+
+TEST(ProbesWhoPays, an_unfollowed_cuda_process_takes_no_uprobe_hit_with_perf_links) {
+  expect_no_uprobe_hit_outside_the_followed_process(true);
+}
+
+TEST(ProbesWhoPays, gives_no_task_storage_to_threads_of_processes_nobody_follows) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  GpuSyncProbes::Options o;
+  o.phase_events = true;
+  auto r = GpuSyncProbes::open(o);
+  if (!r) GTEST_SKIP() << r.error().message();
+  auto& probes = *r.value();
+  if (!probes.has_phase_events()) GTEST_SKIP() << probes.phase_events_error()->message();
+  Child followed(burn_step_child);
+  Child other(futex_child);
+  ASSERT_EQ(followed.expect(), 'L');
+  ASSERT_TRUE(probes.set_phase_role(followed.upid(), PhaseRole::rank).ok());
+  if (probes.has_futex()) {
+    ASSERT_TRUE(probes.track(followed.upid()).ok());
+  }
+  // The other process: futex waits that return at once and timed ones that sleep, and a
+  // context switch at every command it waits for; the followed one sleeps and runs too.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(other.send('W'));
+    ASSERT_EQ(other.expect(), 'w');
+    ASSERT_TRUE(other.send('C'));
+    ASSERT_EQ(other.expect(), 'c');
+    ASSERT_TRUE(followed.send('G'));
+    ASSERT_EQ(followed.expect(), 'd');
+  }
+  // Task storage looked up by pidfd (the main thread of each).
+  auto has_storage = [&](pid_t pid) {
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) return -errno;
+    std::uint8_t value[256] = {};
+    bpf_attr attr{};
+    attr.map_fd = static_cast<std::uint32_t>(probes.phase_map_fd());
+    attr.key = reinterpret_cast<std::uint64_t>(&pidfd);
+    attr.value = reinterpret_cast<std::uint64_t>(value);
+    const long rc = bpf_syscall(BPF_MAP_LOOKUP_ELEM, attr);
+    const int err = rc == 0 ? 0 : errno;
+    close(pidfd);
+    return rc == 0 ? 1 : err == ENOENT ? 0 : -err;
+  };
+  EXPECT_EQ(has_storage(followed.pid()), 1) << "the followed rank's main thread has state";
+  EXPECT_EQ(has_storage(other.pid()), 0) << "a thread of a process nobody follows got storage";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -649,26 +906,30 @@ TEST_F(Probes, DISABLED_measure_costs) {
   const int kSyncCalls = 100'000;
   auto sync = [&] { stream_sync(stream); };  // nothing queued: returns at once
 
-  // Probes loaded (futex tracepoint attached), this process untracked; library not attached.
-  const double wait_untracked = best_ns_per_call(kFutexCalls, futex_wait);
-  const double wake_untracked = best_ns_per_call(kFutexCalls, futex_wake);
-  const double other_loaded = best_ns_per_call(kFutexCalls, other_syscall);
-  const double sync_unprobed_loaded = best_ns_per_call(kSyncCalls, sync);
-  ASSERT_TRUE(probes_->track(static_cast<std::uint32_t>(getpid())).ok());
-  const double wait_tracked = best_ns_per_call(kFutexCalls, futex_wait);
+  const auto self = static_cast<std::uint32_t>(getpid());
+  const bool multi = probes_->uprobe_multi();
+  // Loaded, nothing followed; then this process followed (uprobes in it, futex waits counted).
+  const double sync_loaded = best_ns_per_call(kSyncCalls, sync);
   std::uint64_t t0 = monotonic_ns();
-  auto attached = probes_->attach_library(fake_libcuda());
+  auto attached = probes_->attach_library(self, fake_libcuda());
   const std::uint64_t attach_ns = monotonic_ns() - t0;
   ASSERT_TRUE(attached.ok()) << attached.error().message();
+  ASSERT_TRUE(probes_->track(self).ok());
   const double sync_probed = best_ns_per_call(kSyncCalls, sync);
+  const double wait_followed = best_ns_per_call(kFutexCalls, futex_wait);
   t0 = monotonic_ns();
-  auto s = probes_->read(static_cast<std::uint32_t>(getpid()), t0);
-  for (int i = 0; i < 999; ++i) s = probes_->read(static_cast<std::uint32_t>(getpid()), t0);
+  auto s = probes_->read(self, t0);
+  for (int i = 0; i < 999; ++i) s = probes_->read(self, t0);
   const double read_ns = static_cast<double>(monotonic_ns() - t0) / 1000;
   ASSERT_TRUE(s.ok());
+  t0 = monotonic_ns();
+  probes_->forget(self);  // hands the detaches to the background thread
+  const std::uint64_t forget_ns = monotonic_ns() - t0;
+  probes_->settle();
+  const std::uint64_t detach_ns = monotonic_ns() - t0;
 
   t0 = monotonic_ns();
-  probes_.reset();  // detach everything
+  probes_.reset();
   const std::uint64_t close_ns = monotonic_ns() - t0;
   const double wait_none = best_ns_per_call(kFutexCalls, futex_wait);
   const double wake_none = best_ns_per_call(kFutexCalls, futex_wake);
@@ -680,17 +941,19 @@ TEST_F(Probes, DISABLED_measure_costs) {
   ASSERT_TRUE(reopened.ok());
   reopened.value().reset();
 
-  std::printf("futex(FUTEX_WAIT, EAGAIN): %.0f ns no probes, %.0f untracked, %.0f tracked\n",
-              wait_none, wait_untracked, wait_tracked);
-  std::printf("futex(FUTEX_WAKE, none):   %.0f ns no probes, %.0f with probes\n", wake_none,
-              wake_untracked);
-  std::printf("getppid():                 %.0f ns no probes, %.0f with probes\n", other_none,
-              other_loaded);
-  std::printf("cuStreamSynchronize (idle): %.0f ns unprobed, %.0f loaded/unattached, %.0f probed\n",
-              sync_none, sync_unprobed_loaded, sync_probed);
-  std::printf("read(pid): %.0f ns; open: %.1f ms; attach_library: %.1f ms; close: %.1f ms\n",
-              read_ns, static_cast<double>(open_ns) / 1e6, static_cast<double>(attach_ns) / 1e6,
-              static_cast<double>(close_ns) / 1e6);
+  std::printf("futex(FUTEX_WAIT, EAGAIN): %.0f ns no probes, %.0f followed and tracked\n",
+              wait_none, wait_followed);
+  std::printf("futex(FUTEX_WAKE, none): %.0f ns; getppid(): %.0f ns (no probes)\n", wake_none,
+              other_none);
+  std::printf("cuStreamSynchronize (idle): %.0f ns no probes, %.0f loaded, %.0f followed\n",
+              sync_none, sync_loaded, sync_probed);
+  std::printf(
+      "read(pid): %.0f ns; open: %.1f ms; attach_library in one process (%s): %.1f ms; "
+      "forget: %.2f ms, its detach done after %.1f ms; close: %.1f ms\n",
+      read_ns, static_cast<double>(open_ns) / 1e6,
+      multi ? "multi-uprobe links" : "a perf link per function",
+      static_cast<double>(attach_ns) / 1e6, static_cast<double>(forget_ns) / 1e6,
+      static_cast<double>(detach_ns) / 1e6, static_cast<double>(close_ns) / 1e6);
   ctx_destroy(ctx);
   dlclose(lib);
 }
@@ -711,8 +974,13 @@ class PhaseEvents : public ::testing::Test {
     if (!r) GTEST_SKIP() << r.error().message();
     probes_ = std::move(r.value());
     if (!probes_->has_phase_events()) GTEST_SKIP() << probes_->phase_events_error()->message();
-    auto a = probes_->attach_library(fake_libcuda());
+  }
+
+  // The GPU probes in a child that has loaded the emulated libcuda.
+  void attach(const Child& child) {
+    auto a = probes_->attach_process_libraries(child.upid());
     ASSERT_TRUE(a.ok()) << a.error().message();
+    ASSERT_EQ(*a, 1U);
   }
 
   // The changes of pid's main thread drained so far.
@@ -760,7 +1028,7 @@ constexpr std::uint8_t kOpt = 3;
 constexpr std::uint8_t kUnknown = 4;
 constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c); }
 
-// A rank's step: GPU work (its launch starts GpuCompute), a collective on an nccl-* segment, an
+// A rank's step: GPU work (its sync starts GpuCompute), a collective on an nccl-* segment, an
 // optimizer with a short and a long sync, too long a CPU burst, then a wait for the next command
 // (a pipe read: a data wait).
 int rank_step_child(int cmd, int rep) {
@@ -791,19 +1059,10 @@ int rank_step_child(int cmd, int rep) {
   return 0;
 }
 
-// Each command 'G': 2 ms of CPU, then the reply 'd'; between commands it sleeps in read().
-int burn_step_child(int cmd, int rep) {
-  Child::reply(rep, 'L');
-  while (Child::next(cmd) == 'G') {
-    burn_cpu(2 * kMs);
-    Child::reply(rep, 'd');
-  }
-  return 0;
-}
-
 TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimizer) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   ASSERT_TRUE(child.send('G'));
   ASSERT_EQ(child.expect(20'000), 'D');
@@ -819,16 +1078,11 @@ TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimiz
   ASSERT_NE(first, ev.end()) << describe(ev);
   const std::vector<PhaseEvent> seq(first, ev.end());
   const std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
-      {kGpu, cause(PhaseCause::launch)},
-      {kOpt, cause(PhaseCause::sync_return)},
-      {kNccl, cause(PhaseCause::nccl_wait)},
-      {kOpt, cause(PhaseCause::nccl_done)},
-      {kNccl, cause(PhaseCause::nccl_wait)},
-      {kOpt, cause(PhaseCause::nccl_done)},
-      {kGpu, cause(PhaseCause::long_sync)},
-      {kOpt, cause(PhaseCause::sync_return)},
-      {kUnknown, cause(PhaseCause::optimizer_bound)},
-      {kData, cause(PhaseCause::data_wait)}};
+      {kGpu, cause(PhaseCause::sync_enter)},          {kOpt, cause(PhaseCause::sync_return)},
+      {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
+      {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
+      {kGpu, cause(PhaseCause::long_sync)},           {kOpt, cause(PhaseCause::sync_return)},
+      {kUnknown, cause(PhaseCause::optimizer_bound)}, {kData, cause(PhaseCause::data_wait)}};
   ASSERT_EQ(seq.size(), want.size()) << describe(seq);
   for (std::size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
@@ -908,6 +1162,7 @@ TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracke
 TEST_F(PhaseEvents, counts_its_events) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
   const ProbeStats before = probes_->stats();
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   ASSERT_TRUE(child.send('G'));
@@ -918,10 +1173,10 @@ TEST_F(PhaseEvents, counts_its_events) {
   EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
 }
 
-// The cost of the phase programs where they run on every context switch of the machine: a pipe
-// ping-pong between two threads pinned to one CPU (two switches per round trip), without any
-// probes, with the probes but phases off, with phases and no process named, with phases and
-// another process named (this one untracked), and with this one a rank (its threads followed).
+// The cost of the context-switch program where it runs on every context switch of the machine:
+// a pipe ping-pong between two threads pinned to one CPU (two switches per round trip), without
+// any probes, with the probes loaded and nothing followed (nothing attached), with another
+// process followed (this one not), and with this one a rank (its threads followed).
 // Prints ns per round trip; run by hand:
 //   zernel_unit_tests --gtest_also_run_disabled_tests --gtest_filter='PhaseEventsCost.*'
 TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
@@ -960,9 +1215,9 @@ TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
   const int stats_fd = static_cast<int>(syscall(SYS_bpf, BPF_ENABLE_STATS, &attr, sizeof attr));
   // ping_pong() with the switch program's ns per run and runs per round trip over it.
   auto measured = [&](const GpuSyncProbes& p, double& prog_ns, double& runs) {
-    const auto a = p.phase_switch_runs();
+    const auto a = p.switch_runs();
     const double rt = ping_pong();
-    const auto b = p.phase_switch_runs();
+    const auto b = p.switch_runs();
     prog_ns = b.count > a.count
                   ? static_cast<double>(b.ns - a.ns) / static_cast<double>(b.count - a.count)
                   : 0;
@@ -970,46 +1225,41 @@ TEST(PhaseEventsCost, DISABLED_measure_context_switch_cost) {
     return rt;
   };
   const double none = ping_pong();
-  double without_phases = 0;
-  {
-    auto plain = GpuSyncProbes::open();
-    if (!plain) GTEST_SKIP() << plain.error().message();
-    without_phases = ping_pong();
-  }
   GpuSyncProbes::Options o;
   o.phase_events = true;
   auto r = GpuSyncProbes::open(o);
   if (!r) GTEST_SKIP() << r.error().message();
-  double prog_ns[3] = {};
+  auto& probes = *r.value();
+  double prog_ns[2] = {};
   double runs = 0;
-  const double no_roles = measured(*r.value(), prog_ns[0], runs);
-  // Another process named (a child that only waits): this one's threads are untracked, and
-  // each looks its process up once and caches the answer.
+  // Loaded, nothing followed: nothing attached, nothing runs.
+  const double loaded = ping_pong();
+  // Another process followed (a child that only waits): the switch program runs for this one's
+  // threads too and leaves at their bit.
   const pid_t other = fork();
   ASSERT_GE(other, 0);
   if (other == 0) {
     pause();
     _exit(0);
   }
-  ASSERT_TRUE(r.value()->set_phase_role(static_cast<std::uint32_t>(other), PhaseRole::rank).ok());
-  const double untracked = measured(*r.value(), prog_ns[1], runs);
+  ASSERT_TRUE(probes.set_phase_role(static_cast<std::uint32_t>(other), PhaseRole::rank).ok());
+  const double unfollowed = measured(probes, prog_ns[0], runs);
+  ASSERT_TRUE(probes.set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
+  const double followed = measured(probes, prog_ns[1], runs);
   kill(other, SIGKILL);
   waitpid(other, nullptr, 0);
-  ASSERT_TRUE(
-      r.value()->set_phase_role(static_cast<std::uint32_t>(getpid()), PhaseRole::rank).ok());
-  const double tracked = measured(*r.value(), prog_ns[2], runs);
   std::vector<PhaseEvent> events;
-  r.value()->drain_phase_events(events);
+  probes.drain_phase_events(events);
   if (stats_fd >= 0) close(stats_fd);
   std::printf(
-      "pipe round trip (2 context switches): %.0f ns without probes, %.0f with the probes "
-      "but not the phase programs, %.0f with them and no process named, %.0f untracked "
-      "(another process named), %.0f tracked as a rank (%zu phase changes sent)\n",
-      none, without_phases, no_roles, untracked, tracked, events.size());
+      "pipe round trip (2 context switches): %.0f ns without probes, %.0f loaded with nothing "
+      "followed, %.0f with another process followed, %.0f followed as a rank (%zu phase changes "
+      "sent)\n",
+      none, loaded, unfollowed, followed, events.size());
   std::printf(
-      "the sched_switch program itself (%.1f runs per round trip): %.0f ns per run with no "
-      "process named, %.0f untracked, %.0f tracked%s\n",
-      runs, prog_ns[0], prog_ns[1], prog_ns[2],
+      "the sched_switch program itself (%.1f runs per round trip): %.0f ns per run for a "
+      "process nobody follows, %.0f followed%s\n",
+      runs, prog_ns[0], prog_ns[1],
       stats_fd < 0 ? " (no run-time statistics: bpf_enable_stats failed)" : "");
 }
 

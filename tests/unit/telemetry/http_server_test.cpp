@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,6 +277,53 @@ TEST(HttpServer, status_survives_a_process_name_that_is_not_utf8) {
   const std::string out = s.get("/status");
   EXPECT_EQ(out.rfind("HTTP/1.1 200", 0), 0U) << out.substr(0, 200);
   EXPECT_NE(out.find("bad\xEF\xBF\xBD\xEF\xBF\xBD name"), std::string::npos);
+}
+
+// Lingering close: a client still sending when its request is refused (a 512 KiB body, far past
+// what the server reads) gets the 413 and then EOF. Closing at once with its input unread sent a
+// reset: the client's send failed with ECONNRESET or EPIPE.
+TEST(HttpServer, an_error_reply_reaches_a_client_that_is_still_sending) {
+  Served s;
+  const int fd = connect_to(s.server.port());
+  const std::string body(std::size_t{1} << 19, 'x');
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  const std::string all = request + body;
+  std::string_view rest = all;
+  int send_errno = 0;
+  while (!rest.empty()) {
+    const ssize_t w = ::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL);
+    if (w <= 0) {
+      send_errno = errno;
+      break;
+    }
+    rest.remove_prefix(static_cast<std::size_t>(w));
+  }
+  EXPECT_EQ(send_errno, 0) << std::strerror(send_errno);
+  ::shutdown(fd, SHUT_WR);
+  bool closed = false;
+  const std::string out = read_until_close(fd, &closed);
+  EXPECT_EQ(out.rfind("HTTP/1.1 413", 0), 0U) << out.substr(0, 200);
+  EXPECT_TRUE(closed);
+  ::close(fd);
+}
+
+// /metrics is one shared rendering plus the server's counters, current at each request.
+TEST(HttpServer, metrics_carry_the_server_counters_current_at_each_request) {
+  Served s;
+  const std::string first = s.get("/metrics");
+  const std::string second = s.get("/metrics");
+  EXPECT_NE(first.find("zernel_scheduler_http_connections 1\n"), std::string::npos);
+  EXPECT_NE(second.find("zernel_scheduler_http_connections_limit 256\n"), std::string::npos);
+  const auto length = [](const std::string& r) {
+    const std::size_t at = r.find("Content-Length: ");
+    const std::size_t end = r.find("\r\n\r\n");
+    return at == std::string::npos || end == std::string::npos
+               ? std::string::npos
+               : static_cast<std::size_t>(std::stoul(r.substr(at + 16))) + end + 4;
+  };
+  EXPECT_EQ(length(first), first.size());
+  EXPECT_EQ(length(second), second.size());
 }
 
 }  // namespace

@@ -123,5 +123,41 @@ TEST(StatusJson, carries_the_snapshot_time_and_the_threads_of_processes_with_eve
   EXPECT_FALSE(j["tasks"][1].contains("threads"));
 }
 
+TEST(StatusJson, says_which_backend_acts_and_why) {
+  Snapshot s;
+  s.backend = "userspace";
+  s.backend_requested = "sched_ext";
+  s.backend_state = "fallback";
+  s.backend_reason = "sched_ext ended 3 times within 600 s; the userspace backend acts instead";
+  auto j = status_json(s);
+  EXPECT_EQ(j["backend"], "userspace");
+  EXPECT_EQ(j["backend_requested"], "sched_ext");
+  EXPECT_EQ(j["backend_state"], "fallback");
+  EXPECT_EQ(j["backend_reason"], s.backend_reason);
+
+  s.backend_state = "requested";
+  s.backend_reason.clear();
+  j = status_json(s);
+  EXPECT_TRUE(j["backend_reason"].is_null()) << "no reason while the requested backend acts";
+}
+
+TEST(Prometheus, renders_the_backend_state_as_one_series_per_state) {
+  Snapshot s;
+  s.backend = "userspace";
+  s.backend_requested = "sched_ext";
+  s.backend_state = "fallback";
+  const std::string text = render_prometheus(s);
+  EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_backend_state gauge\n"));
+  EXPECT_TRUE(contains(
+      text, "zernel_scheduler_backend_state{requested=\"sched_ext\",state=\"fallback\"} 1\n"));
+  for (const char* other : {"requested", "reloading", "observing"}) {
+    EXPECT_TRUE(contains(text, std::string("zernel_scheduler_backend_state{requested=\"sched_ext\""
+                                           ",state=\"") +
+                                   other + "\"} 0\n"))
+        << other;
+  }
+  EXPECT_TRUE(contains(text, "zernel_scheduler_backend_info{backend=\"userspace\"} 1\n"));
+}
+
 }  // namespace
 }  // namespace zernel::telemetry

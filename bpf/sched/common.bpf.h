@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * common.bpf.h: what every part of the scheduler uses: the load-time knobs, the dispatch queues,
+ * the slice and fixed-point constants, the counters and a few arithmetic helpers.
+ *
+ * The scheduler is one BPF object: zernel.bpf.c holds the callbacks and the ops table and
+ * includes one header of static functions per concern (bpf/sched/NAME.bpf.h, the list in
+ * zernel.bpf.c). Each header includes the ones it uses, so its #include lines are its
+ * dependencies; each opens with its own essay.
+ *
+ * Counters are per-CPU array slots (zernel_stats, indexed by enum zernel_stat of intf.h), summed
+ * by the loader: a count costs an array lookup and an add on the CPU's own cache line, never a
+ * shared one.
+ */
+#ifndef ZERNEL_SCHED_COMMON_BPF_H
+#define ZERNEL_SCHED_COMMON_BPF_H
+
+#include <scx/common.bpf.h>
+
+#include "intf.h"
+
+/* Load-time knobs, set by the loader between open and load. */
+const volatile u32 nr_cpus = 1;		     /* possible CPU ids, <= ZERNEL_MAX_CPUS */
+const volatile u32 nr_nodes = 1;	     /* NUMA node ids, <= ZERNEL_MAX_NODES */
+const volatile u8 cpu_node[ZERNEL_MAX_CPUS]; /* NUMA node of each CPU */
+const volatile u64 starve_ns = ZERNEL_STARVE_DFL_US * 1000ULL;
+const volatile u32 switch_partial; /* 1: SCX_OPS_SWITCH_PARTIAL (SCHED_EXT tasks only) */
+/* ns between scheduler ticks: a slice's end is noticed at the first tick after it. The loader
+ * sets it from the kernel's CONFIG_HZ when it can read the config; else 1/100 s, the longest. */
+const volatile u64 tick_ns = 10000000ULL;
+/* Tests only: scx_bpf_error() this long after ops.init, to exercise the ejection path. */
+const volatile u64 inject_error_after_ns;
+
+/* The dispatch queues (DSQs) of our own, created by ops.init. */
+enum {
+	ZERNEL_DSQ_SHARED = 0,	  /* vtime-ordered queue of every waiting task */
+	ZERNEL_DSQ_RESCUE = 1,	  /* FIFO of starved tasks, served first (rescue.bpf.h) */
+	ZERNEL_DSQ_THROTTLED = 2, /* FIFO of tasks whose cgroup spent its cpu.max quota
+				   * (cpu_max.bpf.h) */
+};
+
+#define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
+#define SLICE_MIN_NS ((u64)ZERNEL_SLICE_MIN_US * 1000)
+#define SLICE_MAX_NS ((u64)ZERNEL_SLICE_MAX_US * 1000)
+/* Fixed point of shares: FP_ONE is the whole machine. */
+#define FP_ONE (1ULL << 30)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ZERNEL_STAT_NR);
+	__type(key, u32);
+	__type(value, u64);
+} zernel_stats SEC(".maps");
+
+static __always_inline void stat_add(u32 idx, u64 v)
+{
+	u64 *cnt = bpf_map_lookup_elem(&zernel_stats, &idx);
+
+	if (cnt)
+		*cnt += v;
+}
+
+static __always_inline void stat_inc(u32 idx)
+{
+	stat_add(idx, 1);
+}
+
+static __always_inline u64 now_ns(void)
+{
+	return scx_bpf_now();
+}
+
+static u64 clamp_u64(u64 v, u64 lo, u64 hi)
+{
+	return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/*
+ * A phase (enum zernel_phase, from a decision or the probes) as an index of the per-phase tables
+ * (zernel_phase_policy, the run-time counters): a value out of range counts as Unknown.
+ */
+static __always_inline u32 phase_index(u32 phase)
+{
+	return phase < ZERNEL_PHASE_NR ? phase : ZERNEL_PHASE_UNKNOWN;
+}
+
+#endif /* ZERNEL_SCHED_COMMON_BPF_H */

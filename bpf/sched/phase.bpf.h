@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * phase.bpf.h: threads scheduled by their own phase, as the probes see it change.
+ *
+ * PHASES OF THREADS. With phases from events (bpf/probes.bpf.c) each thread of a GPU process or
+ * DataLoader worker has a phase of its own, changed by its events as they happen. The loader
+ * then hands this object the probes' task storage (zernel_phase_threads, bpf_map__reuse_fd: the
+ * same map) and sets zernel_follow_phases; at each wakeup (ops.select_cpu) and enqueue, a thread
+ * of a process with a decision is scheduled with its own phase's policy (zernel_phase_policy:
+ * weight, slice, latency target, preemption), not with its process's phase as the daemon last
+ * decided it: the tenant, the preferred CPU and the cgroup stay the decision's (phase_follow). A
+ * GpuCompute thread woken inside a sync it slept in gets the last entry: the engine's blocked GPU
+ * waiter, whose wait is ending. Without phases from events the map is this object's own, empty,
+ * and nothing changes.
+ *
+ * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
+ * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
+ * (phase_timer.bpf.h says why). Three places apply such a change, each when one is pending
+ * (phase_change_pending: a change the scheduler has not seen, or the phase's policy itself after
+ * a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE):
+ *   - the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there: it
+ *     kicks the CPU, and ops.dispatch (keep_prev) or ops.enqueue applies the phase
+ *     (phase_timer.bpf.h);
+ *   - ops.running (phase_starts): a change made while the thread waited in a queue;
+ *   - ops.tick (phase_tick): the fallback, at most a tick (4 ms at HZ=250) after a change.
+ *
+ * HOW FAST (the delay measure, docs/sched-ext.md): each change the probes commit is counted once
+ * in the phase_delay_* buckets, by the time the thread was runnable or running with it before the
+ * scheduler acted on it: 0 when it changed while the thread slept (applied at the wakeup); now
+ * minus the change at a non-waking enqueue or a tick; and when the thread goes to sleep first
+ * (ops.stopping, phase_sleeps), the time it ran with it unapplied. task_ctx.seen_since_ns marks
+ * the change seen.
+ *
+ * COST. Nothing at all while phases do not come from events (zernel_follow_phases is rodata). With
+ * them, a thread of a decided process takes a second task-storage lookup, its state in
+ * zernel_phase_threads (phase_state), in each callback that follows its phase: ops.select_cpu,
+ * ops.enqueue, ops.tick, keep_prev, ops.stopping of a sleep, and ops.running of a followed
+ * thread. ops.running has work only for a followed thread (one whose phase phase_follow applied:
+ * task_ctx.followed); followed_slots counts them per tgid slot, so that ops.running of any other
+ * thread reads that count and returns without a task-storage lookup.
+ *
+ * Known weaknesses: a change replaced by another before any of these (two changes in one run of
+ * the thread) is not counted, only the later one; changes of threads without a decision are not
+ * counted (nor followed).
+ */
+#ifndef ZERNEL_SCHED_PHASE_BPF_H
+#define ZERNEL_SCHED_PHASE_BPF_H
+
+#include "common.bpf.h"
+#include "probes.h"
+#include "share.bpf.h"
+#include "task.bpf.h"
+#include "vtime.bpf.h"
+
+/* The probes' per-thread phases (probes.h), shared with them through the loader. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct zernel_phase_thread);
+} zernel_phase_threads SEC(".maps");
+
+const volatile u32 zernel_follow_phases;
+const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
+
+/*
+ * The threads with task_ctx.followed set, counted per slot of their tgid (tgid modulo
+ * ZERNEL_FOLLOW_SLOTS), so that ops.running, which has work only for such a thread, looks up
+ * no task storage for the others (COST). Processes that share a slot cost a lookup more, never
+ * a missed one.
+ */
+#define ZERNEL_FOLLOW_SLOTS 4096
+static u32 followed_slots[ZERNEL_FOLLOW_SLOTS];
+
+static __always_inline u32 *followed_slot(const struct task_struct *p)
+{
+	return &followed_slots[(u32)p->tgid & (ZERNEL_FOLLOW_SLOTS - 1)];
+}
+
+static __always_inline void set_followed(const struct task_struct *p, struct task_ctx *tctx,
+					 bool on)
+{
+	if (tctx->followed == on)
+		return;
+	tctx->followed = on;
+	__sync_fetch_and_add(followed_slot(p), on ? 1 : -1);
+}
+
+/* The probes' state of a thread they follow; NULL: none, or their cached "no role" (probes.h) */
+static __always_inline struct zernel_phase_thread *phase_state(struct task_struct *p)
+{
+	struct zernel_phase_thread *st = bpf_task_storage_get(&zernel_phase_threads, p, 0, 0);
+
+	return st && st->role ? st : NULL;
+}
+
+/*
+ * A phase change the scheduler has not seen yet: not applied, not counted in a delay bucket, not
+ * found changed back (each of those sets seen_since_ns to the change's since_ns).
+ */
+static __always_inline bool phase_change_unseen(const struct zernel_phase_thread *st,
+						const struct task_ctx *tctx)
+{
+	return st->since_ns != tctx->seen_since_ns;
+}
+
+/*
+ * Something to apply to a running or queued thread: a change not seen yet, or its phase's policy
+ * itself after a new decision replaced it (task_refresh: applied_phase ZERNEL_NO_PHASE).
+ */
+static __always_inline bool phase_change_pending(const struct zernel_phase_thread *st,
+						 const struct task_ctx *tctx)
+{
+	return phase_change_unseen(st, tctx) || tctx->applied_phase == ZERNEL_NO_PHASE;
+}
+
+/* Counts the thread's current phase change (since_ns) in its delay bucket, once. */
+static __always_inline void phase_delay_count(struct task_ctx *tctx, u64 since_ns, u64 delay)
+{
+	tctx->seen_since_ns = since_ns;
+	if (delay <= 100000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_100US);
+	else if (delay <= 1000000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_1MS);
+	else if (delay <= 4000000)
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_4MS);
+	else
+		stat_inc(ZERNEL_STAT_PHASE_DELAY_LONG);
+}
+
+/*
+ * Schedules a thread of a decided process by its own phase (PHASES OF THREADS above). `waking`:
+ * from a wakeup. True when the policy changed; callers account the thread afterwards
+ * (task_wakes, task_account), which carries a changed weight into its node.
+ */
+static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx, bool waking)
+{
+	const volatile struct zernel_phase_policy *pol;
+	struct zernel_phase_thread *st;
+	u32 idx;
+
+	if (!zernel_follow_phases || !tctx->weight)
+		return false;
+	st = phase_state(p);
+	set_followed(p, tctx, !!st);
+	if (!st)
+		return false;
+	idx = phase_index(st->phase);
+	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
+		idx = ZERNEL_PHASE_NR;
+	/* (idx is at most ZERNEL_PHASE_NR: the second test is the bound of the policy table.) */
+	if (idx == tctx->applied_phase || idx > ZERNEL_PHASE_NR) {
+		/* Nothing to apply (it changed and changed back): nothing to count later. */
+		tctx->seen_since_ns = st->since_ns;
+		return false;
+	}
+	if (phase_change_unseen(st, tctx))
+		phase_delay_count(tctx, st->since_ns,
+				  waking ? 0 : time_delta(bpf_ktime_get_ns(), st->since_ns));
+	pol = &zernel_phase_policy[idx];
+	tctx->applied_phase = idx;
+	tctx->phase = idx < ZERNEL_PHASE_NR ? idx : ZERNEL_PHASE_GPU_COMPUTE;
+	tctx->weight = clamp_u64(pol->weight, ZERNEL_WEIGHT_MIN, ZERNEL_WEIGHT_MAX);
+	tctx->slice_ns =
+		pol->slice_ns ? clamp_u64(pol->slice_ns, SLICE_MIN_NS, SLICE_MAX_NS) : SLICE_DFL_NS;
+	tctx->latency_ns = (u64)pol->latency_target_us * 1000;
+	tctx->flags = (tctx->flags & ~ZERNEL_DF_PREEMPT) | (pol->flags & ZERNEL_DF_PREEMPT);
+	stat_inc(ZERNEL_STAT_PHASE_FOLLOWED);
+	/* The probes stamp with bpf_ktime_get_ns (CLOCK_MONOTONIC), not the rq clock of now_ns(). */
+	if (idx < ZERNEL_PHASE_NR && time_delta(bpf_ktime_get_ns(), st->since_ns) <= 1000000)
+		stat_inc(ZERNEL_STAT_PHASE_FOLLOWED_1MS);
+	return true;
+}
+
+/*
+ * A followed thread goes to sleep: a phase change it ran with and the scheduler did not act on
+ * is counted with the time it ran (its wakeup applies it, and must not count it as a wakeup's).
+ */
+static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st;
+
+	st = phase_state(p);
+	if (!st || !phase_change_unseen(st, tctx))
+		return;
+	if (phase_index(st->phase) == tctx->applied_phase)
+		tctx->seen_since_ns = st->since_ns;
+	else
+		phase_delay_count(tctx, st->since_ns, time_delta(bpf_ktime_get_ns(), st->since_ns));
+}
+
+/*
+ * ops.running of a followed thread: a change made while it waited in a queue applies now, before
+ * its weight and slice are read. The probes commit some changes as a thread is switched out still
+ * runnable, after ops.enqueue queued it (sched_switch: a DataLoader worker's DataLoading, the
+ * optimizer's bound): without this the change waited for the phase timer's first look. So does
+ * the phase's policy after a new decision replaced it (phase_change_pending).
+ */
+static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st = phase_state(p);
+
+	if (!st || !phase_change_pending(st, tctx) || !phase_follow(p, tctx, false))
+		return;
+	task_account(p, tctx);
+	if (p->scx.slice > tctx->slice_ns)
+		scx_bpf_task_set_slice(p, tctx->slice_ns);
+}
+
+/*
+ * ops.tick of a running thread with a phase change pending (phase_change_pending): the time run
+ * so far is charged at the old weight, then the new phase's policy applies: its weight in the
+ * node (the victim search reads it from the thread), and its slice when shorter than what is
+ * left. (A new phase that preempts needs nothing more: the thread runs.)
+ */
+static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st;
+
+	st = phase_state(p);
+	if (!st || !phase_change_pending(st, tctx))
+		return;
+	account_run(p, tctx);
+	if (!phase_follow(p, tctx, false))
+		return;
+	stat_inc(ZERNEL_STAT_PHASE_TICK);
+	task_account(p, tctx);
+	if (p->scx.slice > tctx->slice_ns)
+		scx_bpf_task_set_slice(p, tctx->slice_ns);
+}
+
+#endif /* ZERNEL_SCHED_PHASE_BPF_H */

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * phase_timer.bpf.h: the per-CPU timer that applies a running thread's phase change within about
+ * 0.25 ms (phase.bpf.h says what a phase change is and how its delay is measured).
+ *
+ * A change made while a thread runs has no wakeup to be applied at, and the probes that make it
+ * cannot kick a CPU: sched_ext's kfuncs are not registered for uprobes; and older kernels, 6.12
+ * among them, refuse a bpf_timer in a tracing program, which would let a probe start this
+ * object's timer at once (the VM tests' 7.3 does not refuse it). So the scheduler looks:
+ * ops.running of a followed thread (one of a decided process whose phase phase_follow applied)
+ * arms its CPU's timer (phase_timers, pinned to the CPU); every ZERNEL_PHASE_TIMER_NS, for as long
+ * as a followed thread runs there, it looks whether that thread has a change pending
+ * (phase_change_pending), and then kicks the CPU (SCX_KICK_PREEMPT): the thread goes through
+ * ops.dispatch (keep_prev applies the phase and keeps it on) or ops.enqueue, which applies the
+ * phase and puts it back at the head of its CPU's local DSQ (task_ctx.phase_kicked), so that it
+ * runs on with the new slice and weight rather than losing its CPU to the kick (placed in the
+ * shared queue, a thread that ran a while queues behind the hogs' 20 ms slices, and the job lost
+ * throughput). The first look that finds no followed thread running there stops the timer:
+ * ops.stopping does nothing for it, and a CPU that runs only other tasks never has it armed.
+ * ops.tick (phase_tick) remains the fallback, at most a tick after a change.
+ *
+ * Cost, for followed threads only: a timer start when one starts running on a CPU whose timer is
+ * stopped, a timer interrupt per period while they run (4,000 a second on a CPU busy with them)
+ * plus one after each run, and one extra pass through the scheduler per change. Arming the timer
+ * only after a sync or NCCL wakeup, for four periods, was tried: the changes in the middle of a
+ * run (a launch well after a data wait) then waited for the tick (docs/sched-ext.md, "How fast a
+ * phase change is applied", has both measured).
+ *
+ * No race on an entry: it is written only on its CPU, by ops.running there and by the timer's
+ * callback, which runs there in softirq context and so never in the middle of ops.running.
+ */
+#ifndef ZERNEL_SCHED_PHASE_TIMER_BPF_H
+#define ZERNEL_SCHED_PHASE_TIMER_BPF_H
+
+#include "common.bpf.h"
+#include "phase.bpf.h"
+#include "task.bpf.h"
+
+enum {
+	ZERNEL_PHASE_TIMER_NS = 250000, /* the phase timer's period */
+};
+
+/*
+ * Per CPU: the phase timer, armed by ops.running for the followed thread it runs, pinned to that
+ * CPU. Written only on its CPU (above).
+ */
+struct phase_timer {
+	struct bpf_timer timer;
+	s32 pid;   /* the thread it watches: the last followed thread ops.running started here */
+	s32 cpu;   /* this entry's CPU */
+	u32 armed; /* 1: started, and its callback has not yet found the thread gone */
+	u32 __pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ZERNEL_MAX_CPUS);
+	__type(key, u32);
+	__type(value, struct phase_timer);
+} phase_timers SEC(".maps");
+
+/*
+ * The timer's callback: while the thread it watches runs on its CPU, looks every period whether
+ * the thread has a phase change pending, and then kicks the CPU; stops at the first look that
+ * finds the thread off the CPU or no longer followed.
+ */
+static int phase_timer_fire(void *map, u32 *key, struct phase_timer *t)
+{
+	struct zernel_phase_thread *st;
+	struct task_struct *p;
+	struct task_ctx *tctx;
+	bool again = false;
+	u32 idx;
+
+	p = bpf_task_from_pid(t->pid);
+	if (p) {
+		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+		st = phase_state(p);
+		if (tctx && st && tctx->weight && scx_bpf_task_running(p) &&
+		    scx_bpf_task_cpu(p) == t->cpu) {
+			again = true;
+			stat_inc(ZERNEL_STAT_PHASE_TIMER);
+			idx = phase_index(st->phase);
+			if (!phase_change_pending(st, tctx)) {
+				/* nothing new */
+			} else if (idx == tctx->applied_phase) {
+				/* Changed and changed back: nothing to apply (phase_follow's rule). */
+				tctx->seen_since_ns = st->since_ns;
+			} else {
+				tctx->phase_kicked = 1;
+				scx_bpf_kick_cpu(t->cpu, SCX_KICK_PREEMPT);
+				stat_inc(ZERNEL_STAT_PHASE_KICK);
+			}
+		}
+		bpf_task_release(p);
+	}
+	if (again)
+		bpf_timer_start(&t->timer, ZERNEL_PHASE_TIMER_NS, BPF_F_TIMER_CPU_PIN);
+	else
+		t->armed = 0;
+	return 0;
+}
+
+/*
+ * ops.running of a followed thread: the timer watches it from now on. Already armed (the thread
+ * before it here was followed too, or this one ran on after a kick), the callback finds it at its
+ * next look; started anew at each switch it would never fire under a thread that switches more
+ * often than its period. Not from another CPU (ops.running also runs on a CPU that holds p's
+ * runqueue lock for a property change of p: nice, affinity, policy): a pinned timer starts on
+ * the CPU that calls; the tick serves that run.
+ */
+static __always_inline void phase_timer_arm(struct task_struct *p)
+{
+	u32 cpu = scx_bpf_task_cpu(p);
+	struct phase_timer *t;
+
+	if (cpu != bpf_get_smp_processor_id())
+		return;
+	t = bpf_map_lookup_elem(&phase_timers, &cpu);
+	if (!t)
+		return;
+	t->pid = p->pid;
+	t->cpu = cpu;
+	if (t->armed)
+		return;
+	t->armed = 1;
+	if (bpf_timer_start(&t->timer, ZERNEL_PHASE_TIMER_NS, BPF_F_TIMER_CPU_PIN))
+		t->armed = 0;
+}
+
+/* ops.init: the phase timers, when threads follow their phases. */
+static s32 phase_timers_init(void)
+{
+	struct phase_timer *t;
+	s32 ret;
+	u32 cpu;
+
+	if (!zernel_follow_phases)
+		return 0;
+	bpf_for(cpu, 0, nr_cpus) {
+		t = bpf_map_lookup_elem(&phase_timers, &cpu);
+		if (!t)
+			return -ENOENT;
+		ret = bpf_timer_init(&t->timer, &phase_timers, CLOCK_MONOTONIC);
+		if (!ret)
+			ret = bpf_timer_set_callback(&t->timer, phase_timer_fire);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+#endif /* ZERNEL_SCHED_PHASE_TIMER_BPF_H */

@@ -1,0 +1,159 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * vtime.bpf.h: virtual time: the charge for run time, the queue key, and the bound on lag.
+ *
+ * CHARGE. Each thread has a virtual time (pub.vtime). When it has run `used` ns it is charged
+ *
+ *	vtime += used / share(t)		(FP_ONE fixed point: a share of 1 is the machine)
+ *
+ * with its share from share.bpf.h, and runnable threads wait in one shared DSQ ordered by their
+ * key, so over time every busy thread gets CPU in proportion to its share. Run time is the growth
+ * of p->se.sum_exec_runtime since the last charge (charge_run), which the kernel brings up to
+ * date before ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read, and no
+ * start mark in ops.running (the sum grows only while the thread runs, so its value at the last
+ * charge, or at ops.enable, is its value when this run started). A single charge covers at most
+ * ZERNEL_USED_MAX_NS (1 s). The same charge goes to the cgroup's cpu.max quota (cpu_max.bpf.h)
+ * and to the per-phase run-time counters.
+ *
+ * ORDER WITHIN THE QUEUE. The queue key is vtime plus a virtual request, as in EEVDF:
+ *
+ *	key = vtime + request / share(t),  request = latency target if set, else slice
+ *
+ * A constant offset per thread does not change the long-run shares (those come from the
+ * charges), but it puts a latency-critical thread (50 us target) ahead of a throughput thread
+ * (20 ms slice) of equal vtime.
+ *
+ * LAG. vtime_now is the largest queue key at the head of the shared queue when a CPU took a task
+ * from it (ops.dispatch), or that a CPU kept (keep_prev, dispatch.bpf.h), so it follows a thread
+ * that runs alone. Every wakeup bounds the thread's key to
+ *
+ *	vtime_now - credit  <=  key  <=  vtime_now + lead
+ *
+ * credit = one default slice (20 ms) of its own service, lead = two of its own slices (one is
+ * what any thread leads by after a slice taken from the head of the queue; the second covers the
+ * overrun to the tick that ends it). In service time: a sleeper gains at most 20 ms of CPU ahead
+ * of the threads that ran, and a thread that ran alone on an idle CPU, or was rescued, is at most
+ * two slices ahead of newcomers, which start at vtime_now (ops.enable). A thread that never
+ * sleeps is kept near vtime_now by keep_prev while it runs alone, and by the queue order once it
+ * competes. So a job that trained alone for an hour competes fairly from the first slice after
+ * neighbours arrive. The bound is not applied when a runnable thread is put back: vtime_now can
+ * run ahead of a group's keys (a CPU that cannot run the head of the queue takes a later task,
+ * whose key then sets vtime_now), and lifting the group's keys there would shift shares.
+ * keep_prev has a bound of its own, on credit against a pinned rival (dispatch.bpf.h).
+ *
+ * Worked example: a thread of share 0.25 (a quarter of the machine) sleeps 10 s while the others
+ * run and vtime_now advances. It wakes with its old vtime far behind; its key is lifted to
+ * vtime_now - 20 ms / 0.25 = vtime_now - 80 ms of virtual time: ahead of every queued thread by
+ * 20 ms of its own CPU at most, not by 10 s.
+ *
+ * Known weakness: vtime is per thread: a group entitled to exactly as many CPUs as it has busy
+ * threads keeps them only while its threads' credit lasts; host noise on its CPUs wears a bounded
+ * credit down, which is why keep_prev's credit bound applies only against pinned rivals.
+ *
+ * Race accepted: vtime_now is updated without atomics (as in scx_simple): a lost update only
+ * lowers the sleeper credit floor for a moment.
+ */
+#ifndef ZERNEL_SCHED_VTIME_BPF_H
+#define ZERNEL_SCHED_VTIME_BPF_H
+
+#include "common.bpf.h"
+#include "cpu_max.bpf.h"
+#include "share.bpf.h"
+#include "task.bpf.h"
+
+enum {
+	ZERNEL_USED_MAX_NS = 1000000000, /* a single charge covers at most 1 s of run time */
+};
+
+/* The front of the shared queue in virtual time (LAG above); moved by ops.dispatch, keep_prev. */
+static u64 vtime_now;
+
+/* Virtual time for ns of run time at a share: ns * FP_ONE / share. */
+static __always_inline u64 vtime_for(u64 ns, u64 share)
+{
+	if (ns > ZERNEL_USED_MAX_NS)
+		ns = ZERNEL_USED_MAX_NS;
+	return ns * FP_ONE / (share ? share : 1);
+}
+
+/* The request that sets the queue position: the latency target, else the slice. */
+static __always_inline u64 task_request(const struct task_ctx *tctx)
+{
+	return tctx->latency_ns ? tctx->latency_ns : tctx->slice_ns;
+}
+
+/*
+ * Lag bound, on queue keys (vtime + request), at every wakeup: a thread's key is put within one
+ * default slice of its own service below vtime_now (the credit of a sleeper) and two of its own
+ * slices above it (the lead of a thread that ran alone, on an idle CPU, or was rescued: one
+ * slice is what any thread leads by after a slice taken from the head of the queue, the second
+ * covers the overrun to the tick that ends it). Not when a runnable thread is put back: under
+ * contention keys stay near the front by themselves, and vtime_now, the largest key a CPU took
+ * in order, can run ahead of a group's keys (a CPU that cannot run the head takes a later task),
+ * so a bound there would shift shares. See LAG above.
+ */
+static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share)
+{
+	/* One division where the request is the slice and the slice the default (most threads). */
+	u64 v = vtime_now, slice = vtime_for(tctx->slice_ns, share);
+	u64 req = tctx->latency_ns ? vtime_for(tctx->latency_ns, share) : slice;
+	u64 credit = tctx->slice_ns == SLICE_DFL_NS ? slice : vtime_for(SLICE_DFL_NS, share);
+	u64 lo = v - credit, hi = v + 2 * slice;
+	u64 key = tctx->pub.vtime + req;
+
+	if (time_before(key, lo)) {
+		tctx->pub.vtime = lo - req;
+	} else if (time_after(key, hi)) {
+		tctx->pub.vtime = hi - req;
+		stat_inc(ZERNEL_STAT_LAG_CLAMP);
+	}
+}
+
+/*
+ * A waking thread: counts the wakeup, joins its node's runnable weight and bounds its lag. Called
+ * from ops.select_cpu and, for wakeups that skip it (one allowed CPU, migration disabled), from
+ * ops.enqueue: the work of ops.runnable, without the cost of a separate callback on every wakeup.
+ */
+static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
+{
+	u64 share;
+
+	if (ttwu) /* not a new task's first placement (SCX_WAKE_FORK) */
+		tctx->pub.wakeups++;
+	tctx->wakeup_counted = 1;
+	share = joined_share(tctx, task_account(p, tctx));
+	clamp_lag(tctx, share);
+	return share;
+}
+
+/*
+ * Charges the run time since the last charge: the growth of p->se.sum_exec_runtime, which the
+ * kernel brings up to date (update_curr_scx) before each caller (ops.stopping, ops.tick,
+ * ops.dispatch for prev), so no clock read. The sum grows only while the thread runs, so the
+ * value at the last charge (or at ops.enable) is the value at the start of this run: ops.running
+ * writes nothing for it.
+ */
+static __always_inline void charge_run(struct task_struct *p, struct task_ctx *tctx, u64 share)
+{
+	struct zernel_task_ctx *tc = &tctx->pub;
+	u64 sum = p->se.sum_exec_runtime, used;
+
+	used = time_delta(sum, tctx->charged_sum_ns);
+	tctx->charged_sum_ns = sum;
+	tc->vtime += vtime_for(used, share);
+	if (tctx->limited && nr_quotas)
+		zernel_quota_charge(tctx->cgroup_node, used);
+	tc->runtime_ns += used;
+	tc->burst_ns += used;
+	if (tctx->phase < ZERNEL_PHASE_NR)
+		stat_add(ZERNEL_STAT_RUN_NS_PHASE + tctx->phase, used);
+	else
+		stat_add(ZERNEL_STAT_RUN_NS_UNDECIDED, used);
+}
+
+static __always_inline void account_run(struct task_struct *p, struct task_ctx *tctx)
+{
+	charge_run(p, tctx, task_share(p, tctx));
+}
+
+#endif /* ZERNEL_SCHED_VTIME_BPF_H */
