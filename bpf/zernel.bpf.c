@@ -446,11 +446,16 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_cgroup_init, struct cgroup *cgrp,
 		init.parent = parent->kn->id;
 		bpf_cgroup_release(parent);
 	}
-	if (bpf_map_update_elem(&nodes, &id, &init, BPF_ANY))
-		return -ENOMEM;
-	n = bpf_map_lookup_elem(&nodes, &id);
-	if (!n)
-		return -ENOENT;
+	/*
+	 * A full node map (ZERNEL_MAX_NODES_MAP) degrades, never fails: an error here would fail
+	 * the cgroup's creation (a kubelet's pod) or, at attach, the scheduler's load. The cgroup's
+	 * threads share as the root's own (task_node) and its cpu.max is not enforced; counted.
+	 */
+	if (bpf_map_update_elem(&nodes, &id, &init, BPF_ANY) ||
+	    !(n = bpf_map_lookup_elem(&nodes, &id))) {
+		stat_inc(ZERNEL_STAT_NODE_MAP_FULL);
+		return 0;
+	}
 	if (bpf_core_field_exists(args->bw_quota_us))
 		node_set_quota(id, args->bw_period_us, args->bw_quota_us);
 	return 0;
