@@ -166,6 +166,8 @@ struct zernel_tenant_load {
 	X(THROTTLED, throttled)		/* enqueues parked because their cgroup spent its cpu.max */	\
 	X(THROTTLE_CUT, throttle_cut)	/* slices ended by a tick that found the quota spent */	\
 	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
+	X(NODE_MAP_FULL, node_map_full)	/* cgroups given no node (the node map full): their	\
+					 * threads share as the root's, their cpu.max unenforced */	\
 	X(PHASE_FOLLOWED, phase_followed) /* a thread's own phase (probes) replaced the policy it	\
 					 * was scheduled with, at a wakeup or an enqueue */		\
 	X(PHASE_FOLLOWED_1MS, phase_followed_1ms) /* of those, within 1 ms of the phase's event */	\

@@ -25,7 +25,7 @@
  *   common.bpf.h       load-time knobs, the DSQs, counters, helpers
  *   task.bpf.h         a thread's task storage (struct task_ctx) and its weight
  *   node.bpf.h         the nodes of the hierarchy: the root, cgroups, tenants
- *   cpu_max.bpf.h      cpu.max: run time charged to quotas, throttled threads parked, refills
+ *   cpu_max.bpf.h      cpu.max: run time charged to quotas, throttled threads parked, lazy refills
  *   share.bpf.h        each thread's share of the machine (SHARING, with a worked example)
  *   vtime.bpf.h        the charge, the queue key and the lag bound (LAG)
  *   decision.bpf.h     the decisions, and each thread's cached copy of its own
@@ -94,7 +94,7 @@ struct zernel_timer {
 /* The timers ops.init starts; each restarts itself from its callback. */
 enum {
 	ZERNEL_TIMER_STARVE = 0, /* the starvation scan (starve_scan, rescue.bpf.h) */
-	ZERNEL_TIMER_REFILL = 1, /* the cpu.max refill (quota_timer, cpu_max.bpf.h) */
+	ZERNEL_TIMER_RELEASE = 1, /* cpu.max: parked threads looked at (quota_timer, cpu_max.bpf.h) */
 	ZERNEL_NR_TIMERS = 2,
 };
 
@@ -261,7 +261,7 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 			return;
 		rescue_pending = 0;
 	}
-	/* A refill from ops.tick thawed a cgroup (cpu.max): its parked threads go back. */
+	/* A release step from ops.tick (cpu.max): parked threads whose cgroups thawed go back. */
 	if (parked_release_pending) {
 		parked_release_pending = 0;
 		release_parked();
@@ -345,7 +345,7 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 	if (!nr_quotas && !zernel_follow_phases)
 		return;
 	if (nr_quotas)
-		quota_refill_at_tick();
+		release_at_tick();
 	tctx = task_ctx_get(p);
 	if (!tctx)
 		return;
@@ -446,11 +446,16 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_cgroup_init, struct cgroup *cgrp,
 		init.parent = parent->kn->id;
 		bpf_cgroup_release(parent);
 	}
-	if (bpf_map_update_elem(&nodes, &id, &init, BPF_ANY))
-		return -ENOMEM;
-	n = bpf_map_lookup_elem(&nodes, &id);
-	if (!n)
-		return -ENOENT;
+	/*
+	 * A full node map (ZERNEL_MAX_NODES_MAP) degrades, never fails: an error here would fail
+	 * the cgroup's creation (a kubelet's pod) or, at attach, the scheduler's load. The cgroup's
+	 * threads share as the root's own (task_node) and its cpu.max is not enforced; counted.
+	 */
+	if (bpf_map_update_elem(&nodes, &id, &init, BPF_ANY) ||
+	    !(n = bpf_map_lookup_elem(&nodes, &id))) {
+		stat_inc(ZERNEL_STAT_NODE_MAP_FULL);
+		return 0;
+	}
 	if (bpf_core_field_exists(args->bw_quota_us))
 		node_set_quota(id, args->bw_period_us, args->bw_quota_us);
 	return 0;
@@ -465,7 +470,7 @@ void BPF_STRUCT_OPS(zernel_cgroup_exit, struct cgroup *cgrp)
 		return;
 	n = bpf_map_lookup_elem(&nodes, &id);
 	if (n && n->quota_ns)
-		quota_register(id, false);
+		__sync_fetch_and_sub(&nr_quotas, 1);
 	bpf_map_delete_elem(&nodes, &id);
 	__sync_fetch_and_add(&tree_gen, 1);
 }
@@ -531,7 +536,7 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 	}
 	ret = start_timer(ZERNEL_TIMER_STARVE, starve_scan, (u64)ZERNEL_STARVE_SCAN_US * 1000);
 	if (!ret)
-		ret = start_timer(ZERNEL_TIMER_REFILL, quota_timer, ZERNEL_REFILL_NS);
+		ret = start_timer(ZERNEL_TIMER_RELEASE, quota_timer, ZERNEL_RELEASE_NS);
 	if (!ret)
 		ret = phase_timers_init();
 	if (ret) {
