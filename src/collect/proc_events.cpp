@@ -48,7 +48,7 @@ constexpr unsigned kBatch = 64;
 
 template <typename T>
 T load(const std::byte* p) {
-  T v;
+  T v{};
   std::memcpy(&v, p, sizeof v);
   return v;
 }
