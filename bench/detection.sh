@@ -155,7 +155,9 @@ trap cleanup EXIT
 
 if [[ -z $config ]]; then
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  printf '[telemetry]\nmetrics_port = %s\n' "$port" > "$tmp/base.toml"
+  # runtime_state_file: builds from before $ZERNEL_RUNTIME_STATE (lib.sh) read it from here
+  printf '[telemetry]\nmetrics_port = %s\n[multi_tenant]\nruntime_state_file = "%s"\n' \
+    "$port" "$tmp/run/runtime-tenants.json" > "$tmp/base.toml"
 else
   [[ -r $config ]] || { echo "detection.sh: cannot read $config" >&2; exit 2; }
   cp "$config" "$tmp/base.toml"
@@ -198,8 +200,10 @@ thread_accuracies=()
 for run in $(seq "$runs"); do
 for variant in "${pin_runs[@]}"; do
   rm -f "$tmp/phases.jsonl" "$tmp/truth.jsonl"
-  daemon_config=$config launch_daemon --backend observe --emulated-gpu --control-socket '' \
-    --phase-log "$tmp/phases.jsonl" "${thread_log[@]}"
+  if ! daemon_config=$config launch_daemon --backend observe --emulated-gpu --control-socket '' \
+    --phase-log "$tmp/phases.jsonl" "${thread_log[@]}"; then
+    echo "detection.sh: the daemon did not start:" >&2; cat "$tmp/daemon.log" >&2; exit 2
+  fi
   dpid=$daemon_pid
   # Ready once it serves /metrics and has written its first tick's worth.
   sleep 0.5

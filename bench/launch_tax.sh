@@ -13,7 +13,8 @@
 #
 # root (the daemon loads BPF). --bin: a build's bin/ with zernel-scheduler (default build/bin);
 # --workload defaults to build/bin/zernel-workload. Prints per arm and repetition the step p50,
-# mean and p99 (ms, steps after the warm-up, by which time the daemon follows the job), and a
+# mean and p99 (ms, over the last two thirds of the steps: the first third, about 3 s at the
+# defaults, is a warm-up that covers the daemon's discovery of the job and its attach), and a
 # JSON line per arm with the medians over repetitions. Exit 1 when a run fails, 2 on a bad
 # command line.
 set -uo pipefail
@@ -24,7 +25,7 @@ bins=()
 workload=$root/build/bin/zernel-workload
 kernels=5000
 gpu_ms=2
-steps=1500
+steps=3000
 reps=2
 usage() {
   awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2
@@ -46,7 +47,7 @@ done
 for n in "$kernels" "$steps" "$reps"; do
   [[ $n =~ ^[0-9]+$ && $n -ge 1 ]] || { echo "launch_tax.sh: --kernels, --steps and --reps must be positive integers" >&2; exit 2; }
 done
-[[ $steps -ge 200 ]] || { echo "launch_tax.sh: --steps must be at least 200 (the first 100 are a warm-up)" >&2; exit 2; }
+[[ $steps -ge 300 ]] || { echo "launch_tax.sh: --steps must be at least 300 (the first third is a warm-up)" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "launch_tax.sh: needs root (the daemon loads BPF)" >&2; exit 1; }
 [[ -x $workload ]] || { echo "launch_tax.sh: no zernel-workload at $workload" >&2; exit 1; }
 for b in "${bins[@]}"; do
@@ -72,8 +73,7 @@ trap 'exit 130' INT TERM
 
 die() { echo "launch_tax.sh: $*" >&2; exit 1; }
 
-# One job, with the daemon of build $1 following it ("none": no daemon): its summary line. The
-# warm-up (100 steps, about a second) covers the daemon's discovery and attach.
+# One job, with the daemon of build $1 following it ("none": no daemon): its summary line.
 run_arm() { # BIN|none LABEL
   if [[ $1 != none ]]; then
     BIN=$1 daemon_config=$tmp/c.toml daemon_log=$tmp/daemon-$2.log \
@@ -83,7 +83,7 @@ run_arm() { # BIN|none LABEL
   fi
   local out
   out=$(cd "$tmp" && ZERNEL_FAKE_GPU_SHM=$seg "$workload" --emulated-gpu --data-dir "$tmp" --ranks 1 --workers 1 --steps "$steps" \
-    --warmup-steps 100 --data-ms 0.5 --gpu-ms "$gpu_ms" --kernels "$kernels" --nccl-ms 0 \
+    --warmup-steps $((steps / 3)) --data-ms 0.5 --gpu-ms "$gpu_ms" --kernels "$kernels" --nccl-ms 0 \
     --optimizer-ms 0.5 --batch-kib 16 2> "$tmp/job-$2.err") || die "the job failed: $(tail -3 "$tmp/job-$2.err")"
   if [[ $1 != none ]]; then
     kill -TERM "$daemon_pid" 2> /dev/null
