@@ -74,6 +74,8 @@ max_tracked_tasks = 65536
 mode = "$detector"
 [multi_tenant]
 enabled = true
+# builds from before ZERNEL_RUNTIME_STATE (lib.sh) read it from here
+runtime_state_file = "$tmp/run/runtime-tenants.json"
 [telemetry]
 metrics_port = $port
 [[tenants]]
