@@ -10,7 +10,8 @@
 # Rounds: every round runs each scheduler once, in an order rotated from round to round
 # (ABC, BCA, CAB), so that the shared host's drift does not favour one scheduler; the table gives
 # medians over the rounds and the median of the per-round ratios to scx_simple.
-# Env: ZERNEL_BUILD_DIR (<repo>/build), SCX_BENCH_REPS (3), ZERNEL_VM_TIMEOUT (120 + 60 a round),
+# Env: ZERNEL_BUILD_DIR (<repo>/build), SCX_BENCH_REPS (3), ZERNEL_VM_TIMEOUT (120 + 60 a round, 120 + 110 with
+# SCX_BENCH_PRODUCT: its daemon's start and the job beside every arm),
 # SCX_BENCH_BASE (path of another zernel-scx-driver, e.g. a copy of the previous build's: run as
 # "zernel_base" in the same rounds, to measure a change within one boot), SCX_BENCH_PIPE (round
 # trips per pipe run, 20000), SCX_BENCH_SCHEDS (a subset, e.g. "zernel zernel_base scx_simple"),
@@ -76,12 +77,13 @@ if [ -n "${SCX_BENCH_BASE:-}" ]; then
   base=(--add "$SCX_BENCH_BASE")
 fi
 [ -z "${SCX_BENCH_BPFSTATS:-}" ] || base+=(--add "$deps/bpf/bin/bpftool")
-[ -z "${SCX_BENCH_PRODUCT:-}" ] || base+=(--add "$build/lib")
+per_round_s=60
+[ -z "${SCX_BENCH_PRODUCT:-}" ] || { base+=(--add "$build/lib"); per_round_s=110; }
 reps=${SCX_BENCH_REPS:-3}
 qemu_args=
 [ "${SCX_BENCH_ICOUNT:-1}" = 0 ] || qemu_args="-icount shift=0,sleep=off"
 echo "bench/vm: $reps rounds, ${ZERNEL_VM_SMP:-2} vCPUs, ${qemu_args:-wall-clock time}"
-ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + reps * 60))} "$repo/tests/vm/run-in-vm.sh" \
+ZERNEL_VM_QEMU_ARGS=$qemu_args ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-$((120 + reps * per_round_s))} "$repo/tests/vm/run-in-vm.sh" \
   --add "$out/scx_simple" --add "$repo/tests/vm/scx_guest.sh" "${base[@]}" -- \
   sh -c "PATH=\$PATH:$out:$deps/bpf/bin SCX_BENCH_REPS=$reps SCX_BENCH_BASE='${SCX_BENCH_BASE:-}' \
     SCX_BENCH_PIPE=${SCX_BENCH_PIPE:-20000} SCX_BENCH_SCHEDS='${SCX_BENCH_SCHEDS:-}' \
