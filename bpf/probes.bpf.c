@@ -185,6 +185,10 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
  *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
  *     a GPU sync and an NCCL wait       -> DataLoading (waiting for a batch)
+ *     runs again after that wait, still DataLoading -> GpuCompute (the batch arrived: what the
+ *                                          thread does next is the step's GPU work, its
+ *                                          launches and then the sync; launches themselves
+ *                                          are not probed, docs/probes.md "Kernel launches")
  *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
  *     last (short) sync, seen when it leaves a CPU -> Unknown
  *   worker (a DataLoader worker), every thread:
@@ -424,6 +428,7 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
  *     a rank's other rules and a worker's (PHASES FROM EVENTS above)
  *   next, a thread of a followed process, about to run:
  *     back from an NCCL wait       -> OptimizerStep
+ *     a rank thread back from the data wait that made it DataLoading -> GpuCompute
  *     a worker back from a long sleep -> Unknown from then, DataLoading now
  */
 SEC("tp_btf/sched_switch")
@@ -460,9 +465,11 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 			    zernel_optimizer_max_ns)
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN,
 				  ZERNEL_CAUSE_OPTIMIZER_BOUND, now_of(&now));
-		if (sleeps && !st->depth && !st->nccl_wait && is_data_wait(&call))
+		if (sleeps && !st->depth && !st->nccl_wait && is_data_wait(&call)) {
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT,
 				  now_of(&now));
+			st->data_wait = 1;
+		}
 	} else if (st && st->role == ZERNEL_PHASE_ROLE_WORKER) {
 		/* It ran until now (a thread first seen here was running too). */
 		phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN,
@@ -482,6 +489,17 @@ next_task:
 		if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
 			phase_set(st, next, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP,
 				  ZERNEL_CAUSE_NCCL_DONE, now_of(&now));
+	}
+	if (st->data_wait) {
+		/*
+		 * Woken from the data wait that made it DataLoading: the batch is there, and what
+		 * the thread does next is the step's GPU work (its launches, then the sync). This
+		 * is where the launch probe used to start GpuCompute, without a trap per launch.
+		 */
+		st->data_wait = 0;
+		if (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING)
+			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_DATA_ARRIVED,
+				  now_of(&now));
 	}
 	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
 		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {

@@ -189,6 +189,8 @@ enum zernel_phase_cause {
 	ZERNEL_CAUSE_WORKER_IDLE = 8,	  /* a worker slept at least the hysteresis: Unknown from
 					     when it fell asleep */
 	ZERNEL_CAUSE_OPTIMIZER_BOUND = 9, /* OptimizerStep ran longer than its bound: Unknown */
+	ZERNEL_CAUSE_DATA_ARRIVED = 10,	  /* back from that data wait: GpuCompute (the batch is
+					     there; the step's GPU work is what follows) */
 };
 
 /* Per tracked process. */
@@ -208,7 +210,8 @@ struct zernel_phase_thread {
 	__u8 role;		/* enum zernel_phase_role */
 	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
-	__u32 pad;
+	__u8 data_wait;		/* 1 while asleep in the data wait that made it DataLoading */
+	__u8 pad[3];
 };
 
 /* One phase change, as the ring buffer carries it. */

@@ -43,6 +43,8 @@ std::string_view cause_name(std::uint8_t cause) {
       return "worker_idle";
     case collect::PhaseCause::optimizer_bound:
       return "optimizer_bound";
+    case collect::PhaseCause::data_arrived:
+      return "data_arrived";
   }
   return "event";
 }

@@ -108,6 +108,7 @@ enum class PhaseCause : std::uint8_t {
   worker_run = 7,       // a worker runs: DataLoading
   worker_idle = 8,      // a worker slept past the hysteresis: Unknown
   optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
+  data_arrived = 10,    // back from that data wait: GpuCompute
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value
