@@ -498,8 +498,8 @@ next_task:
 		 */
 		st->data_wait = 0;
 		if (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING)
-			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_DATA_ARRIVED,
-				  now_of(&now));
+			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
+				  ZERNEL_CAUSE_DATA_ARRIVED, now_of(&now));
 	}
 	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
 		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {
