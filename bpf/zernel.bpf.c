@@ -93,7 +93,7 @@ struct zernel_timer {
 
 /* The timers ops.init starts; each restarts itself from its callback. */
 enum {
-	ZERNEL_TIMER_STARVE = 0, /* the starvation scan (starve_scan, rescue.bpf.h) */
+	ZERNEL_TIMER_STARVE = 0,  /* the starvation scan (starve_scan, rescue.bpf.h) */
 	ZERNEL_TIMER_RELEASE = 1, /* cpu.max: parked threads released (quota_timer) */
 	ZERNEL_NR_TIMERS = 2,
 };
