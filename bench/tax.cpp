@@ -1,7 +1,7 @@
 // bench_tax: what a process pays per call for what runs in the kernel on its behalf, with or
 // without zernel-scheduler beside it (bench/tax.sh drives it; docs/benchmarks.md, "The tax on
-// the rest of the node"). Each figure is the best of --rounds rounds (30; a round is a few ms, short
-// enough that some rounds run without a preemption on a busy machine), in ns per call:
+// the rest of the node"). Each figure is the best of --rounds rounds (30; a round is a few ms,
+// short enough that some rounds run without a preemption on a busy machine), in ns per call:
 //
 //   getppid      syscall(SYS_getppid): any system call (a syscall tracepoint's slow path)
 //   futex_wake   FUTEX_WAKE_PRIVATE on a word nobody waits on

@@ -8,7 +8,7 @@
  *   3 BTF tracepoint sched_switch           (the probes' zernel_switch hook)
  *   4 fentry on futex_wait                  (refused on the development host: EPERM)
  */
-#include <vmlinux.h>  // first: the kernel's types, which libbpf's headers use
+#include <vmlinux.h> // first: the kernel's types, which libbpf's headers use
 
 #include <bpf/bpf_helpers.h>
 
@@ -25,4 +25,7 @@ SEC("fentry/futex_wait")
 #else
 #error "ZERNEL_ALT must be 1..4"
 #endif
-int zernel_alt(void* ctx) { return 0; }
+int zernel_alt(void *ctx)
+{
+	return 0;
+}
