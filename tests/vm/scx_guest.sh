@@ -104,7 +104,9 @@ check_attach() {
 # The kernel ejects the scheduler (an scx_bpf_error() injected by the test knob, then sysrq-S):
 # the driver reports the exit kind, reason and restart advice, and every task keeps running.
 check_eject_fail() {
-  zernel-scx-probe spin 30 & w=$!
+  # It must outlive two attaches and an ejection: 15-31 s an attach for the ASan loader in CI
+  # (scripts/asan-loader.sh), where a 30 s spin ended before the sysrq check looked at it.
+  zernel-scx-probe spin 180 & w=$!
   start_driver --inject-error-ms 1500 || { kill $w; return; }
   provoked=$((provoked + 1))
   wait $drv
