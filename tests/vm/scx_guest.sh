@@ -86,7 +86,7 @@ check_attach() {
     bad "detach: this shell still on sched_ext"
 
   # Partial switch: only the decided process moves (policy 7 = SCHED_EXT), and is restored.
-  zernel-scx-probe spin 30 &
+  zernel-scx-probe spin 120 &
   hog=$!
   start_driver --partial --decision "$hog:weight=2000" || { kill $hog; return; }
   usleep 300000
@@ -134,8 +134,8 @@ check_eject_fail() {
 }
 
 check_kill9() {
-  zernel-scx-probe spin 60 & w1=$!
-  zernel-scx-probe spin 60 & w2=$!
+  zernel-scx-probe spin 120 & w1=$!
+  zernel-scx-probe spin 120 & w2=$!
   start_driver --decision "$w1:weight=3000,preempt=1" || { kill $w1 $w2; return; }
   usleep 500000
   kill -9 $drv
