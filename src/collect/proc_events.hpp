@@ -4,9 +4,9 @@
 // instead of listing /proc every poll (collect/discovery.hpp), and the daemon drops a process
 // when its exit comes instead of reading its stat every tick.
 //
-// Why the connector and not a BPF program on sched_process_fork/exec/exit: measured, both cost
-// the rest of the node about the same per fork, exec and exit (docs/benchmarks.md, "What
-// process events cost the node"), and the connector is the kernel's interface for exactly this,
+// Why the connector and not a BPF program on sched_process_fork/exec/exit: both cost the rest of
+// the node about the same per fork, exec and exit (bench/process_tax measures them; its figures
+// are not yet in docs/benchmarks.md), and the connector is the kernel's interface for exactly this,
 // with no program of ours running in anybody's fork; it needs CAP_NET_ADMIN and the initial pid
 // and user namespaces (the daemon runs there anyway to schedule the node's tasks).
 //
