@@ -597,9 +597,12 @@ share_late() {
   # got 0 and 4. On 4 CPUs it found an idle CPU at nearly every wakeup while alone, never passed
   # through the queue, and a scheduler whose clock follows only the queue (cef1101) let it run
   # 20 s ahead: 23 and 73 there (EEVDF 68 and 267; 46 and 186 after 2 s alone); it wants 100
-  # and 400, and a hog's slice end comes twice as often as on 2: at least 30 and 150.
+  # and 400, and a hog's slice end comes twice as often as on 2: at least 20 and 150. (The first
+  # window was 30 until a correct scheduler gave 28 and 194 in one of three runs on 2026-12-03,
+  # 47 and 65 in the others: two seconds hold too few wakeups for a tighter bound; the 8 s
+  # window still fails that scheduler's 73.)
   lo1=10 lo2=60
-  [ "$(nproc)" -lt 4 ] || { lo1=30 lo2=150; }
+  [ "$(nproc)" -lt 4 ] || { lo1=20 lo2=150; }
   if [ $((t1 - t0)) -ge $lo1 ] && [ $((t2 - t1)) -ge $lo2 ]; then ok "$msg"; else bad "$msg"; fi
   stop_all late
 }
