@@ -78,18 +78,17 @@ run_arm() { # BIN|none LABEL
   if [[ $1 != none ]]; then
     BIN=$1 daemon_config=$tmp/c.toml daemon_log=$tmp/daemon-$2.log \
       daemon_prefix="env ZERNEL_FAKE_GPU_SHM=$seg" launch_daemon --backend observe --emulated-gpu ||
-      die "the daemon of $1 did not start: $(tail -3 "$tmp/daemon-$2.log")"
+      { kill -TERM "$daemon_pid" 2> /dev/null; die "the daemon of $1 did not start: $(tail -3 "$tmp/daemon-$2.log")"; }
     sleep 1
   fi
   local out
   out=$(cd "$tmp" && ZERNEL_FAKE_GPU_SHM=$seg "$workload" --emulated-gpu --data-dir "$tmp" --ranks 1 --workers 1 --steps "$steps" \
     --warmup-steps $((steps / 3)) --data-ms 0.5 --gpu-ms "$gpu_ms" --kernels "$kernels" --nccl-ms 0 \
-    --optimizer-ms 0.5 --batch-kib 16 2> "$tmp/job-$2.err") || die "the job failed: $(tail -3 "$tmp/job-$2.err")"
-  if [[ $1 != none ]]; then
-    kill -TERM "$daemon_pid" 2> /dev/null
-    wait "$daemon_pid" 2> /dev/null
-    daemon_pid=""
-  fi
+    --optimizer-ms 0.5 --batch-kib 16 2> "$tmp/job-$2.err") ||
+    { [[ $1 == none ]] || stop_daemon; die "the job failed: $(tail -3 "$tmp/job-$2.err")"; }
+  # This runs in $(...), whose exit the script's cleanup trap does not see: the daemon is stopped
+  # here, also when the job fails (lib.sh's stop_daemon).
+  [[ $1 == none ]] || stop_daemon
   grep '^{' <<< "$out" | tail -1
 }
 
