@@ -35,8 +35,6 @@ struct Args {
   std::optional<std::string> control_socket;
 };
 
-void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
-
 void print_warnings(const config::LoadedConfig& loaded) {
   for (const std::string& w : loaded.warnings) fmt::print(stderr, "zernel-scheduler: warning: {}\n", w);
 }
@@ -83,17 +81,6 @@ int demo(const Args& args, const config::LoadedConfig& loaded) {
   return kExitOk;
 }
 
-// The fake NVML of --emulated-gpu: $ZERNEL_FAKE_LIB_DIR, else <dir of this binary>/../lib/fake.
-std::string emulated_nvml_path() {
-  if (const char* dir = std::getenv("ZERNEL_FAKE_LIB_DIR"); dir != nullptr && *dir != '\0') {
-    return std::string(dir) + "/libnvidia-ml.so.1";
-  }
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "libnvidia-ml.so.1";
-  return (exe.parent_path().parent_path() / "lib/fake/libnvidia-ml.so.1").string();
-}
-
 int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
   daemon::DaemonOptions opts;
   opts.config = loaded.config;
@@ -125,6 +112,8 @@ int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
 }
 
 }  // namespace
+
+void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
 
 int run(int argc, char** argv) {
   Args args;

@@ -22,6 +22,9 @@ struct ClientArgs {
                                       // /run/zernel/scheduler.sock
 };
 
+// Prints "zernel-scheduler: MSG" on stderr, as every subcommand reports a failure.
+void print_error(const std::string& msg);
+
 // Sends one request line; on success fills `reply` and returns kExitOk, else prints the reason
 // ("zernel-scheduler: ...") and returns kExitError.
 int call_daemon(const ClientArgs& args, const std::string& request, nlohmann::json& reply);

@@ -26,17 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The fake NVML of --emulated-gpu, found as the daemon finds it (cli/app.cpp).
-std::string emulated_nvml_path() {
-  if (const char* dir = std::getenv("ZERNEL_FAKE_LIB_DIR"); dir != nullptr && *dir != '\0') {
-    return std::string(dir) + "/libnvidia-ml.so.1";
-  }
-  std::error_code ec;
-  const auto exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return "libnvidia-ml.so.1";
-  return (exe.parent_path().parent_path() / "lib/fake/libnvidia-ml.so.1").string();
-}
-
 json kernel_info() {
   utsname u{};
   if (uname(&u) != 0) return {{"error", "uname failed"}};
@@ -194,6 +183,16 @@ void print_text(const json& j) {
 }
 
 }  // namespace
+
+std::string emulated_nvml_path() {
+  if (const char* dir = std::getenv("ZERNEL_FAKE_LIB_DIR"); dir != nullptr && *dir != '\0') {
+    return std::string(dir) + "/libnvidia-ml.so.1";
+  }
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libnvidia-ml.so.1";
+  return (exe.parent_path().parent_path() / "lib/fake/libnvidia-ml.so.1").string();
+}
 
 int run_info_at(const std::string& sys_root, const std::string& proc_root,
                 const std::string& nvml_library, bool json_out) {

@@ -13,6 +13,10 @@ namespace zernel::cli {
 // fake NVML (as the daemon's --emulated-gpu) instead of libnvidia-ml.so.1. Returns 0.
 int run_info(bool emulated_gpu, bool json);
 
+// The fake NVML of --emulated-gpu: $ZERNEL_FAKE_LIB_DIR/libnvidia-ml.so.1, else
+// <dir of this binary>/../lib/fake/libnvidia-ml.so.1 (the daemon and `info` find it alike).
+std::string emulated_nvml_path();
+
 // The same with other roots (tests): sysfs under sys_root, procfs under proc_root; `nvml_library`
 // empty: the system's libnvidia-ml.so.1.
 int run_info_at(const std::string& sys_root, const std::string& proc_root,

@@ -29,8 +29,6 @@
 namespace zernel::cli {
 namespace {
 
-void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
-
 // The temporary files, for the signal handler (which may only unlink).
 std::array<std::array<char, 4096>, 2> g_temp_paths{};
 

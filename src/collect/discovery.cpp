@@ -10,7 +10,7 @@ namespace zernel::collect {
 
 namespace {
 
-constexpr std::size_t kMaxStatBytes = std::size_t{64} * 1024;
+using sys::kMaxStatBytes;
 constexpr std::size_t kMaxAttrBytes = 1 << 20;
 
 std::uint32_t fnv1a(std::string_view s) {

@@ -15,7 +15,7 @@ namespace zernel::collect {
 
 namespace {
 
-constexpr std::size_t kMaxStatBytes = std::size_t{64} * 1024;
+using sys::kMaxStatBytes;
 constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
 constexpr std::uint64_t kNsPerSecond = 1'000'000'000;
 

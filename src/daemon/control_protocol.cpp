@@ -18,7 +18,7 @@ namespace {
 
 using nlohmann::json;
 
-Error bad(const std::string& msg) { return Error(EINVAL, "request: " + msg); }
+Error bad_request(const std::string& msg) { return Error(EINVAL, "request: " + msg); }
 
 std::string type_of(const json& v) {
   if (v.is_null()) return "null";
@@ -31,9 +31,9 @@ std::string type_of(const json& v) {
 
 Result<std::string> get_string(const json& obj, const char* key) {
   auto it = obj.find(key);
-  if (it == obj.end()) return bad(std::string("missing field \"") + key + "\"");
+  if (it == obj.end()) return bad_request(std::string("missing field \"") + key + "\"");
   if (!it->is_string()) {
-    return bad(std::string("field \"") + key + "\": must be a string, got " + type_of(*it));
+    return bad_request(std::string("field \"") + key + "\": must be a string, got " + type_of(*it));
   }
   return it->get<std::string>();
 }
@@ -43,17 +43,17 @@ Result<std::uint64_t> get_uint(const json& obj, const char* key, std::uint64_t l
                                std::uint64_t hi) {
   auto it = obj.find(key);
   const std::string range = std::to_string(lo) + " to " + std::to_string(hi);
-  if (it == obj.end()) return bad(std::string("missing field \"") + key + "\"");
+  if (it == obj.end()) return bad_request(std::string("missing field \"") + key + "\"");
   if (!it->is_number_integer()) {
-    return bad(std::string("field \"") + key + "\": must be an integer from " + range + ", got " +
-               (it->is_number() ? it->dump() : type_of(*it)));
+    return bad_request(std::string("field \"") + key + "\": must be an integer from " + range +
+                       ", got " + (it->is_number() ? it->dump() : type_of(*it)));
   }
   if (it->is_number_unsigned()) {
     const auto v = it->get<std::uint64_t>();
     if (v >= lo && v <= hi) return v;
   }
-  return bad(std::string("field \"") + key + "\": must be an integer from " + range + ", got " +
-             it->dump());
+  return bad_request(std::string("field \"") + key + "\": must be an integer from " + range +
+                     ", got " + it->dump());
 }
 
 Result<void> only_fields(const json& obj, std::initializer_list<std::string_view> allowed,
@@ -62,8 +62,8 @@ Result<void> only_fields(const json& obj, std::initializer_list<std::string_view
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       std::string list;
       for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      return bad("unknown field \"" + key + "\" for op \"" + std::string(op) +
-                 "\" (allowed: " + list + ")");
+      return bad_request("unknown field \"" + key + "\" for op \"" + std::string(op) +
+                         "\" (allowed: " + list + ")");
     }
   }
   return Ok{};
@@ -91,16 +91,16 @@ std::string_view op_name(ControlOp op) {
 
 Result<ControlRequest> parse_request(std::string_view line) {
   if (line.size() > kMaxRequestBytes) {
-    return bad("larger than " + std::to_string(kMaxRequestBytes) + " bytes (" +
-               std::to_string(line.size()) + ")");
+    return bad_request("larger than " + std::to_string(kMaxRequestBytes) + " bytes (" +
+                       std::to_string(line.size()) + ")");
   }
   if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  if (line.find('\n') != std::string_view::npos) return bad("more than one line");
-  if (line.find('\0') != std::string_view::npos) return bad("contains a NUL byte");
+  if (line.find('\n') != std::string_view::npos) return bad_request("more than one line");
+  if (line.find('\0') != std::string_view::npos) return bad_request("contains a NUL byte");
   json j = json::parse(line, nullptr, false);
-  if (j.is_discarded()) return bad("not valid JSON");
-  if (!j.is_object()) return bad("must be a JSON object, got " + type_of(j));
+  if (j.is_discarded()) return bad_request("not valid JSON");
+  if (!j.is_object()) return bad_request("must be a JSON object, got " + type_of(j));
 
   auto op_s = get_string(j, "op");
   if (!op_s) return op_s.error();
@@ -124,12 +124,12 @@ Result<ControlRequest> parse_request(std::string_view line) {
     r.tenant.priority_class = *pc;
     if (auto it = j.find("cpu_weight"); it != j.end() && !it->is_null()) {
       if (!it->is_number()) {
-        return bad("field \"cpu_weight\": must be a number, got " + type_of(*it));
+        return bad_request("field \"cpu_weight\": must be a number, got " + type_of(*it));
       }
       const double w = it->get<double>();
       if (!std::isfinite(w) || w < double{policy::kMinExplicitWeight} ||
           w > double{policy::kMaxExplicitWeight}) {
-        return bad("field \"cpu_weight\": must be between 0.01 and 100, got " + it->dump());
+        return bad_request("field \"cpu_weight\": must be between 0.01 and 100, got " + it->dump());
       }
       r.tenant.cpu_weight = static_cast<float>(w);
     }
@@ -174,8 +174,9 @@ Result<ControlRequest> parse_request(std::string_view line) {
     r.assign_to = std::move(*t);
     return r;
   }
-  return bad("unknown op \"" + op +
-             "\" (valid: tenant_add, tenant_remove, tenant_list, tenant_assign, status, trace)");
+  return bad_request(
+      "unknown op \"" + op +
+      "\" (valid: tenant_add, tenant_remove, tenant_list, tenant_assign, status, trace)");
 }
 
 std::string request_line(const ControlRequest& r) {

@@ -14,14 +14,14 @@ namespace {
 
 using nlohmann::json;
 
-Error bad(const std::string& msg) { return Error(EINVAL, msg); }
+Error bad_state(const std::string& msg) { return Error(EINVAL, msg); }
 
 // The entry as the control request it was (`op` added), checked by parse_request.
 Result<ControlRequest> as_request(const json& entry, const char* op, const std::string& where) {
-  if (!entry.is_object()) return bad(where + ": must be a JSON object");
+  if (!entry.is_object()) return bad_state(where + ": must be a JSON object");
   json j = entry;
   if (auto it = j.find("op"); it != j.end() && *it != op) {
-    return bad(where + ": \"op\" must be \"" + op + "\"");
+    return bad_state(where + ": \"op\" must be \"" + op + "\"");
   }
   j["op"] = op;
   auto r = parse_request(j.dump());
@@ -49,22 +49,22 @@ std::string runtime_state_text(const RuntimeState& state) {
 
 Result<RuntimeState> parse_runtime_state(std::string_view text) {
   const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded()) return bad("not valid JSON (truncated?)");
-  if (!j.is_object()) return bad("must be a JSON object");
+  if (j.is_discarded()) return bad_state("not valid JSON (truncated?)");
+  if (!j.is_object()) return bad_state("must be a JSON object");
   for (const auto& [key, value] : j.items()) {
     if (key != "version" && key != "tenants" && key != "assigned") {
-      return bad("unknown field \"" + key + "\"");
+      return bad_state("unknown field \"" + key + "\"");
     }
   }
   const auto version = j.find("version");
   if (version == j.end() || !version->is_number_integer() || *version != kRuntimeStateVersion) {
-    return bad(fmt::format("\"version\" must be {}", kRuntimeStateVersion));
+    return bad_state(fmt::format("\"version\" must be {}", kRuntimeStateVersion));
   }
   RuntimeState state;
   if (auto it = j.find("tenants"); it != j.end()) {
-    if (!it->is_array()) return bad("\"tenants\" must be an array");
+    if (!it->is_array()) return bad_state("\"tenants\" must be an array");
     if (it->size() > policy::kMaxTenants) {
-      return bad(fmt::format("more than {} tenants", policy::kMaxTenants));
+      return bad_state(fmt::format("more than {} tenants", policy::kMaxTenants));
     }
     for (std::size_t i = 0; i < it->size(); ++i) {
       auto r = as_request((*it)[i], "tenant_add", fmt::format("tenants[{}]", i));
@@ -73,14 +73,14 @@ Result<RuntimeState> parse_runtime_state(std::string_view text) {
     }
   }
   if (auto it = j.find("assigned"); it != j.end()) {
-    if (!it->is_array()) return bad("\"assigned\" must be an array");
+    if (!it->is_array()) return bad_state("\"assigned\" must be an array");
     for (std::size_t i = 0; i < it->size(); ++i) {
       const std::string where = fmt::format("assigned[{}]", i);
       json entry = (*it)[i];
-      if (!entry.is_object()) return bad(where + ": must be a JSON object");
+      if (!entry.is_object()) return bad_state(where + ": must be a JSON object");
       const auto start = entry.find("start");
       if (start == entry.end() || !start->is_number_unsigned()) {
-        return bad(where + ": \"start\" must be a whole number (the process's start time)");
+        return bad_state(where + ": \"start\" must be a whole number (the process's start time)");
       }
       const std::uint64_t ticks = start->get<std::uint64_t>();
       entry.erase("start");

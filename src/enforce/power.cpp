@@ -18,9 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
-
 }  // namespace
+
+std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
 
 PowerManager::PowerManager(PowerOptions opts, sys::Nvml* nvml,
                            std::shared_ptr<SettingsJournal> journal)

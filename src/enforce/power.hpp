@@ -119,4 +119,7 @@ std::unique_ptr<PowerManager> make_power_manager(
     std::shared_ptr<SettingsJournal> journal = nullptr);
 void apply_power(PowerManager* power, const policy::Engine& engine);
 
+// "250.5" for 250,500 mW: how journals and logs write a power limit.
+std::string watts(std::uint32_t mw);
+
 }  // namespace zernel::enforce

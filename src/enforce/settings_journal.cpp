@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "enforce/power.hpp"
 #include "sys/delayacct.hpp"
 #include "sys/delayacct_share.hpp"
 #include "sys/file.hpp"
@@ -30,8 +31,6 @@ bool valid_policy(std::string_view name) {
 std::string cpufreq_file(const std::string& sys_root, const std::string& policy) {
   return sys_root + "/devices/system/cpu/cpufreq/" + policy + "/scaling_max_freq";
 }
-
-std::string watts(std::uint32_t mw) { return fmt::format("{}", mw / 1000.0); }
 
 // Puts one GPU's application clocks and power limit back. Clocks at the driver's defaults are
 // reset rather than pinned, as Nvml::restore does. The Nvml forgets the change afterwards: these

@@ -8,11 +8,12 @@
 #include <charconv>
 #include <limits>
 
+#include "common/parse_number.hpp"
+
 namespace zernel::sys {
 
 namespace {
 
-constexpr std::size_t kMaxStatBytes = std::size_t{64} * 1024;
 constexpr std::size_t kMaxSmallBytes = 1 << 20;
 constexpr std::size_t kMaxMapsBytes = std::size_t{64} << 20;
 constexpr std::size_t kMaxLinkBytes = std::size_t{64} * 1024;
@@ -25,22 +26,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
   while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
-}
-
-// Whole-string unsigned decimal; nullopt on anything else, including overflow and a sign.
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-  if (s.empty()) return std::nullopt;
-  std::uint64_t v = 0;
-  const char* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, v);
-  if (ec != std::errc() || p != end) return std::nullopt;
-  return v;
-}
-
-std::optional<std::uint32_t> parse_u32(std::string_view s) {
-  auto v = parse_u64(s);
-  if (!v || *v > std::numeric_limits<std::uint32_t>::max()) return std::nullopt;
-  return static_cast<std::uint32_t>(*v);
 }
 
 // Splits off the next token separated by spaces; empty when none is left.

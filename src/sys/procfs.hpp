@@ -173,6 +173,10 @@ struct CpuTimes {
 // Largest CPU id accepted from /proc/stat; a larger one is a malformed line.
 inline constexpr std::uint32_t kMaxCpuId = 65535;
 
+// The most we read of /proc/PID/stat (a comm of 16 bytes and 52 numbers fit in 1 KiB; the cap
+// only bounds a forged or future file).
+inline constexpr std::size_t kMaxStatBytes = std::size_t{64} * 1024;
+
 // The per-CPU lines ("cpuN user nice system idle [iowait irq softirq steal ...]"), indexed by CPU
 // id; ids missing from the file (offline CPUs) are nullopt. The aggregate "cpu" line and other
 // lines are ignored. At least the first four values are required.

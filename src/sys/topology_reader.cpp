@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "common/parse_number.hpp"
 #include "sys/file.hpp"
 
 namespace zernel::sys {
@@ -17,14 +18,6 @@ std::string trim(std::string s) {
   s.erase(s.begin(), std::find_if(s.begin(), s.end(), not_space));
   s.erase(std::find_if(s.rbegin(), s.rend(), not_space).base(), s.end());
   return s;
-}
-
-std::optional<std::uint64_t> parse_u64(std::string_view s, int base = 10) {
-  std::uint64_t v = 0;
-  const auto* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, v, base);
-  if (ec != std::errc() || p != end || s.empty()) return std::nullopt;
-  return v;
 }
 
 // "0x10de\n" -> 0x10de
