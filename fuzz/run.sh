@@ -3,7 +3,13 @@
 # runs each for SECONDS (default 30) from the seed corpus in fuzz/corpus/. Exits non-zero when a
 # target finds a crash (the reproducer is left in build-fuzz/crashes/).
 #   fuzz/run.sh [SECONDS]        env: BUILD_DIR (default <repo>/build-fuzz), JOBS (default 2)
+#   fuzz/run.sh --build-only     builds the targets and runs none (.ci/idle-lane builds ahead)
 set -euo pipefail
+build_only=0
+if [[ ${1:-} == --build-only ]]; then
+  build_only=1
+  shift
+fi
 seconds=${1:-30}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$repo/build-fuzz}
@@ -19,6 +25,7 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DZERNEL_WERROR=OFF > "$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j"$jobs" --target zernel_fuzz_control_request zernel_fuzz_config \
   zernel_fuzz_runtime_state zernel_fuzz_http_request
+((build_only == 0)) || exit 0
 
 mkdir -p "$build/crashes"
 status=0
