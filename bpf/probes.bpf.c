@@ -179,8 +179,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          return (the thread sleeps meanwhile: nothing is
  *                                          scheduled on a wrong phase)
  *     outermost GPU sync return         -> OptimizerStep (CPU work the GPU waits for)
- *     sleeps in a futex wait on an NCCL segment -> NcclCollective (a shared mapping named
- *                                          nccl-*)
+ *     sleeps in a futex wait on an NCCL segment -> NcclCollective (a shared futex, not
+ *                                          FUTEX_PRIVATE_FLAG, on a mapping named nccl-*)
  *     woken from it (runs again)        -> OptimizerStep
  *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
  *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
@@ -208,7 +208,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * state sees it, its tgid is looked up in zernel_phase_procs, and storage is created only when
  * the process has a role (a followed process without one, or an unfollowed one that shares its
  * bit, pays that lookup at each event, and keeps no state). The clock is read only for a thread
- * with a role. Every futex wait a rank thread sleeps in costs one VMA lookup. Measured:
+ * with a role. Every shared futex wait a rank thread sleeps in costs one VMA lookup (private
+ * ones, locks and the GIL, none). Measured:
  * docs/benchmarks.md, "The tax on the rest of the node".
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
@@ -402,6 +403,28 @@ static __always_inline bool is_data_wait(const struct zernel_sleep_call *c)
 	return false;
 }
 
+/*
+ * A rank thread's futex wait, on a word in an nccl-* mapping? Only a shared futex can be: NCCL's
+ * segments are MAP_SHARED files that its processes wait on together, and a FUTEX_PRIVATE_FLAG
+ * wait (every pthread lock, condition variable and the GIL of a process) is keyed by the address
+ * in one process only, so it is never walked. A check that cannot be done (bpf_find_vma takes
+ * mmap_lock with a trylock and answers -EBUSY when it is contended) is counted; -ENOENT (no
+ * mapping at that address) is an answer, not a miss.
+ */
+static __always_inline bool nccl_wait(struct task_struct *task, const struct zernel_sleep_call *c)
+{
+	__u8 nccl = 0;
+	long err;
+
+	if ((__u32)c->arg1 & ZERNEL_FUTEX_PRIVATE_FLAG)
+		return false;
+	stat_inc(ZERNEL_PROBE_STAT_NCCL_CHECK);
+	err = bpf_find_vma(task, c->arg0, nccl_vma, &nccl, 0);
+	if (err && err != -2 /* -ENOENT */)
+		stat_inc(ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED);
+	return !err && nccl;
+}
+
 /* A thread of a followed process goes to sleep in a futex wait: counted for a tracked process. */
 static __always_inline void count_futex_wait(struct task_struct *task, __u64 *now)
 {
@@ -441,7 +464,6 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	struct zernel_phase_thread *st = NULL;
 	__u64 now = 0; /* the clock is read only when needed */
 	bool futex_wait = false;
-	__u8 nccl = 0;
 
 	/* Tasks of processes nobody follows leave here: two loads, no lookup (COST above). */
 	if (!followed(prev->tgid))
@@ -455,7 +477,7 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	if (zernel_phase_rules)
 		st = phase_thread(prev, true, &now);
 	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
-		if (futex_wait && !bpf_find_vma(prev, call.arg0, nccl_vma, &nccl, 0) && nccl) {
+		if (futex_wait && nccl_wait(prev, &call)) {
 			st->nccl_wait = 1;
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE,
 				  ZERNEL_CAUSE_NCCL_WAIT, now_of(&now));

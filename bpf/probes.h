@@ -110,6 +110,13 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST, /* phase changes not sent: the ring buffer was full */
 	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE, /* threads of a phase-tracked process given no state
 					       (task storage allocation failed) */
+	ZERNEL_PROBE_STAT_NCCL_CHECK,	    /* futex waits of rank threads checked for an nccl-*
+					       mapping (shared futexes only: a private one cannot
+					       be on NCCL's shared segment) */
+	ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED, /* of those, checks that could not be done:
+					       bpf_find_vma failed for another reason than "no
+					       mapping there" (mmap_lock contended: -EBUSY); such a
+					       wait is not seen as NCCL's */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -140,7 +147,7 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 13,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 15,
 			    "update the loader's stat names with the enum");
 
 /*

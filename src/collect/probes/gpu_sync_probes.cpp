@@ -653,6 +653,8 @@ ProbeStats GpuSyncProbes::stats() const {
   st.phase_events = sum[ZERNEL_PROBE_STAT_PHASE_EVENT];
   st.phase_events_lost = sum[ZERNEL_PROBE_STAT_PHASE_EVENT_LOST];
   st.phase_no_storage = sum[ZERNEL_PROBE_STAT_PHASE_NO_STORAGE];
+  st.nccl_checks = sum[ZERNEL_PROBE_STAT_NCCL_CHECK];
+  st.nccl_missed = sum[ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED];
   return st;
 }
 

@@ -92,6 +92,8 @@ struct ProbeStats {
   std::uint64_t phase_events = 0;       // phase changes sent by the BPF side
   std::uint64_t phase_events_lost = 0;  // phase changes lost: the ring buffer was full
   std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
+  std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
+  std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
 };
 
 // Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").

@@ -1159,6 +1159,60 @@ TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracke
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
 }
 
+// A rank's futex waits on a word of an nccl-* segment: private ones ('P') are never checked for
+// the segment (a private futex cannot be NCCL's shared one: no VMA walk, no NcclCollective);
+// shared ones ('S') are, each a check and an NcclCollective wait. 20 timed waits of 2 ms each.
+int nccl_futex_child(int cmd, int rep) {
+  const std::string shm = "/nccl-zernel-filter-" + std::to_string(getpid());
+  const int fd = shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) return Child::reply(rep, 'F'), 1;
+  void* seg = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  shm_unlink(shm.c_str());
+  if (seg == MAP_FAILED) return Child::reply(rep, 'F'), 1;
+  auto* word = static_cast<std::uint32_t*>(seg);
+  Child::reply(rep, 'L');
+  for (char c = Child::next(cmd); c == 'P' || c == 'S'; c = Child::next(cmd)) {
+    for (int i = 0; i < 20; ++i) {
+      const timespec two_ms{0, 2'000'000};
+      futex(word, c == 'P' ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 0, &two_ms);
+    }
+    Child::reply(rep, 'd');
+  }
+  return 0;
+}
+
+TEST_F(PhaseEvents, checks_only_shared_futex_waits_for_nccl_and_counts_the_checks) {
+  Child child(nccl_futex_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  auto nccl_waits = [&] {
+    std::size_t n = 0;
+    for (const PhaseEvent& e : main_thread_events(child.upid())) {
+      n += e.phase == kNccl ? 1U : 0U;
+    }
+    all_.clear();
+    return n;
+  };
+  const ProbeStats before = probes_->stats();
+  ASSERT_TRUE(child.send('P'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(10ms);
+  const ProbeStats priv = probes_->stats();
+  EXPECT_EQ(priv.nccl_checks, before.nccl_checks);
+  EXPECT_EQ(nccl_waits(), 0U);
+  ASSERT_TRUE(child.send('S'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(10ms);
+  const ProbeStats shared = probes_->stats();
+  // Each timed wait sleeps (the word stays 0): 20 checks, each an NCCL wait unless the check
+  // could not be done (mmap_lock contended), which is counted instead.
+  const std::uint64_t checks = shared.nccl_checks - priv.nccl_checks;
+  const std::uint64_t missed = shared.nccl_missed - priv.nccl_missed;
+  EXPECT_GE(checks, 20U);
+  EXPECT_LE(missed, checks);
+  EXPECT_GE(nccl_waits() + missed, 20U);
+}
+
 TEST_F(PhaseEvents, counts_its_events) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
