@@ -350,19 +350,33 @@ static long nccl_vma(struct task_struct *task, struct vm_area_struct *vma, void 
 	return 0;
 }
 
-/* A sleeping thread's system call, from the registers it entered the kernel with (x86-64). */
+/*
+ * A sleeping thread's system call, from the registers it entered the kernel with (x86-64).
+ *
+ * orig_ax is the syscall number only when the thread entered the kernel by a system call: an
+ * exception keeps its error code there (a page fault's, 7 for a write to a present page, a
+ * copy-on-write after fork, reads as poll) and an interrupt its vector. The syscall entry
+ * stores -ENOSYS in ax, where the call's return value goes only when it returns, so a thread
+ * asleep inside a syscall has ax == -ENOSYS; one asleep in a page fault (swap-in, a file page
+ * read, userfaultfd) has its own user rax there. (A user rax of exactly -38 in a fault would
+ * still be taken for a syscall: no code we know of faults with that.) The object is built for
+ * x86-64 only (cmake/Bpf.cmake, __TARGET_ARCH_x86); on arm64, syscallno is NO_SYSCALL (-1)
+ * outside a syscall and the numbers differ: a port needs its own table.
+ */
 struct zernel_sleep_call {
-	long nr;    /* syscall number; -1 none */
+	long nr;    /* syscall number; -1 none (not in a syscall) */
 	__u64 arg0; /* rdi: futex's uaddr */
 	__u64 arg1; /* rsi: futex's op */
 };
+
+#define ZERNEL_ENOSYS 38
 
 static __always_inline struct zernel_sleep_call sleep_call(struct task_struct *task)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	struct zernel_sleep_call c = {.nr = -1};
 
-	if (!regs)
+	if (!regs || (long)BPF_CORE_READ(regs, ax) != -ZERNEL_ENOSYS)
 		return c;
 	c.nr = BPF_CORE_READ(regs, orig_ax);
 	c.arg0 = BPF_CORE_READ(regs, di);

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <linux/futex.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
@@ -1211,6 +1213,79 @@ TEST_F(PhaseEvents, checks_only_shared_futex_waits_for_nccl_and_counts_the_check
   EXPECT_GE(checks, 20U);
   EXPECT_LE(missed, checks);
   EXPECT_GE(nccl_waits() + missed, 20U);
+}
+
+// A rank's main thread asleep in a page fault is not in a syscall: a write to a write-protected
+// page (userfaultfd's write-protect mode, as a copy-on-write fault after fork) leaves the fault's
+// error code, 7, in orig_ax, which reads as poll(2). Its sleep must not be a data wait: the only
+// DataLoading is its read() of the next command. A helper thread of the child lifts the
+// protection after 30 ms.
+int page_fault_child(int cmd, int rep) {
+  const int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC));
+  uffdio_api api{};
+  api.api = UFFD_API;
+  if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) != 0 ||
+      (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) == 0) {
+    return Child::reply(rep, 'U'), 1;
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return Child::reply(rep, 'U'), 1;
+  auto* bytes = static_cast<volatile char*>(mem);
+  bytes[0] = 1;  // present: the protected write faults with PROT | WRITE | USER = 7
+  uffdio_register reg{};
+  reg.range = {reinterpret_cast<std::uint64_t>(mem), static_cast<std::uint64_t>(page)};
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  uffdio_writeprotect wp{};
+  wp.range = reg.range;
+  wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+  if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0 || ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    return Child::reply(rep, 'U'), 1;
+  }
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  std::thread lift([&] {
+    std::this_thread::sleep_for(30ms);
+    uffdio_writeprotect off{};
+    off.range = reg.range;
+    off.mode = 0;  // lift the protection and wake the faulting thread
+    (void)ioctl(uffd, UFFDIO_WRITEPROTECT, &off);
+  });
+  const std::uint64_t t0 = monotonic_ns();
+  bytes[0] = 2;  // sleeps in the fault until the helper lifts the protection
+  const std::uint64_t slept = monotonic_ns() - t0;
+  lift.join();
+  Child::reply(rep, slept >= 25 * kMs ? 'd' : 'S');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, a_sleep_in_a_page_fault_is_no_data_wait) {
+  Child child(page_fault_child);
+  const char ready = child.expect();
+  if (ready == 'U') GTEST_SKIP() << "no userfaultfd write-protect on this kernel";
+  ASSERT_EQ(ready, 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  const char done = child.expect();
+  if (done == 'S') GTEST_SKIP() << "the protected write did not sleep in the fault";
+  ASSERT_EQ(done, 'd');
+  std::vector<PhaseEvent> ev;
+  for (int i = 0; i < 100; ++i) {  // until the read() of the next command shows
+    const std::vector<PhaseEvent> more = main_thread_events(child.upid());
+    ev.insert(ev.end(), more.begin(), more.end());
+    all_.clear();
+    if (!ev.empty() && ev.back().phase == kData) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  // Named while it slept in read() for 'G' (no state yet), then the fault, then read() again:
+  // one data wait, the last.
+  std::size_t data_waits = 0;
+  for (const PhaseEvent& e : ev) data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
+  EXPECT_EQ(data_waits, 1U) << describe(ev);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back().cause, cause(PhaseCause::data_wait)) << describe(ev);
 }
 
 TEST_F(PhaseEvents, counts_its_events) {
