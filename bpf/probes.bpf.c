@@ -171,7 +171,9 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * PHASES FROM EVENTS (probes.h, docs/probes.md "Phases from events"). Each thread of a process
  * user space names in zernel_phase_procs keeps its phase in task storage; the rules, by role:
  *
- *   rank (a GPU process), every thread:
+ *   rank (a GPU process), its driver threads (rank_driver: a thread that has entered a GPU sync;
+ *   until one has, the main thread); every other thread has no phase (Unknown, no event), and a
+ *   main thread that had one becomes Unknown when another thread syncs first (not_driver):
  *     outermost GPU sync entry          -> GpuCompute; in OptimizerStep the thread stays there
  *                                          unless the sync outlasts zernel_sync_hyst_ns (the
  *                                          optimizer's own short syncs), and then it is
@@ -303,13 +305,41 @@ static __always_inline struct zernel_phase_thread *phase_thread(struct task_stru
 	return st;
 }
 
+/*
+ * A rank's driver thread, the one the rank rules apply to: a thread that has entered a GPU sync,
+ * and, while no thread of the process has, its main thread (tid == tgid). The main thread pays
+ * one hash lookup per event until it syncs itself.
+ */
+static __always_inline bool rank_driver(const struct zernel_phase_thread *st,
+					struct task_struct *task)
+{
+	struct zernel_phase_proc *pp;
+	__u32 tgid = st->tgid;
+
+	if (st->driver)
+		return true;
+	if (task->pid != tgid)
+		return false;
+	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+	return pp && !pp->synced;
+}
+
 static __always_inline void phase_sync_enter(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st = phase_thread(task, true, &now);
+	struct zernel_phase_proc *pp;
+	__u32 tgid;
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
 		return;
+	if (!st->driver) {
+		st->driver = 1;
+		tgid = st->tgid;
+		pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+		if (pp && !pp->synced)
+			pp->synced = 1;
+	}
 	st->depth = 1;
 	if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP) {
 		st->pending_ns = now;
@@ -462,7 +492,8 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
  *   prev, a thread of a followed process, going to sleep (not preempted):
  *     in futex(2) waiting          -> counted (zernel_probe_futex, when tracked); with phases, a
  *                                     rank thread waiting on an nccl-* segment: NcclCollective
- *     a rank's other rules and a worker's (PHASES FROM EVENTS above)
+ *     a rank driver's other rules and a worker's (PHASES FROM EVENTS above); a rank thread
+ *     that is not a driver: Unknown
  *   next, a thread of a followed process, about to run:
  *     back from an NCCL wait       -> OptimizerStep
  *     a rank thread back from the data wait that made it DataLoading -> GpuCompute
@@ -490,7 +521,14 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	}
 	if (zernel_phase_rules)
 		st = phase_thread(prev, true, &now);
-	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
+	if (st && st->role == ZERNEL_PHASE_ROLE_RANK && !rank_driver(st, prev)) {
+		/* Not a driver: no phase (the main thread had one while it was the driver). */
+		if (st->phase != ZERNEL_PROBE_PHASE_UNKNOWN)
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_NOT_DRIVER,
+				  now_of(&now));
+		st->data_wait = 0;
+		st->nccl_wait = 0;
+	} else if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
 		if (futex_wait && nccl_wait(prev, &call)) {
 			st->nccl_wait = 1;
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE,

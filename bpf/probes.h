@@ -198,12 +198,15 @@ enum zernel_phase_cause {
 	ZERNEL_CAUSE_OPTIMIZER_BOUND = 9, /* OptimizerStep ran longer than its bound: Unknown */
 	ZERNEL_CAUSE_DATA_ARRIVED = 10,	  /* back from that data wait: GpuCompute (the batch is
 					     there; the step's GPU work is what follows) */
+	ZERNEL_CAUSE_NOT_DRIVER = 11,	  /* a rank's main thread that had a phase while no thread
+					     had synced, now that another one has: Unknown */
 };
 
 /* Per tracked process. */
 struct zernel_phase_proc {
-	__u32 role; /* enum zernel_phase_role */
-	__u32 pad;
+	__u32 role;   /* enum zernel_phase_role */
+	__u32 synced; /* 1 once a thread of the process entered a GPU sync (BPF sets it; user space
+			 writes 0 when it names the process) */
 };
 
 /* Per thread (task storage; BPF only, user space sees the events). */
@@ -218,7 +221,8 @@ struct zernel_phase_thread {
 	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
 	__u8 data_wait;		/* 1 while asleep in the data wait that made it DataLoading */
-	__u8 pad[3];
+	__u8 driver;		/* 1 once the thread entered a GPU sync: a rank's driver thread */
+	__u8 pad[2];
 };
 
 /* One phase change, as the ring buffer carries it. */

@@ -111,6 +111,7 @@ enum class PhaseCause : std::uint8_t {
   worker_idle = 8,      // a worker slept past the hysteresis: Unknown
   optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
   data_arrived = 10,    // back from that data wait: GpuCompute
+  not_driver = 11,      // a rank's main thread, no longer its driver (another synced): Unknown
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value

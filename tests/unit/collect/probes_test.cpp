@@ -1288,6 +1288,110 @@ TEST_F(PhaseEvents, a_sleep_in_a_page_fault_is_no_data_wait) {
   EXPECT_EQ(ev.back().cause, cause(PhaseCause::data_wait)) << describe(ev);
 }
 
+// A rank's threads other than its driver (issue 22): a helper thread that blocks in read() on a
+// pipe and then hashes what it read (a checkpoint reader) beside a main thread that waits for
+// its batch in read() and syncs. Only the main thread has phases; the helper never gets one.
+int rank_with_reader_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  int p[2];
+  if (!gpu.ok() || pipe(p) != 0) return Child::reply(rep, 'F'), 1;
+  std::thread reader([&] {
+    char c = 0;
+    while (read(p[0], &c, 1) == 1 && c == 'x') burn_cpu(3 * kMs);  // "hashing" what it read
+  });
+  Child::reply(rep, 'L');
+  for (char c = Child::next(cmd); c == 'G'; c = Child::next(cmd)) {
+    for (int i = 0; i < 3; ++i) {
+      (void)!write(p[1], "x", 1);
+      const timespec five_ms{0, 5'000'000};
+      nanosleep(&five_ms, nullptr);
+    }
+    if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;
+    Child::reply(rep, 'd');
+  }
+  (void)!write(p[1], "q", 1);
+  reader.join();
+  return 0;
+}
+
+TEST_F(PhaseEvents, gives_no_phase_to_a_rank_thread_that_is_not_its_driver) {
+  Child child(rank_with_reader_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  std::this_thread::sleep_for(20ms);
+  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  std::vector<PhaseEvent> others;
+  for (const PhaseEvent& e : all_) {
+    if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
+  }
+  // The main thread: its data waits, the batches, its syncs' returns (a sync entered in
+  // GpuCompute changes nothing).
+  std::size_t data_waits = 0;
+  std::size_t returns = 0;
+  for (const PhaseEvent& e : main) {
+    data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
+    returns += e.cause == cause(PhaseCause::sync_return) ? 1U : 0U;
+  }
+  EXPECT_GE(data_waits, 2U) << describe(main);
+  EXPECT_GE(returns, 2U) << describe(main);
+  EXPECT_EQ(main.back().phase, kData) << describe(main);
+  // The reader slept in read() 9 times and ran between: no event.
+  EXPECT_TRUE(others.empty()) << describe(others);
+}
+
+// The main thread is its rank's driver until another thread syncs first: then it has no phase
+// (Unknown at its next switch) and its data waits change nothing; the syncing thread has phases.
+int sync_elsewhere_child(int cmd, int rep) {
+  if (!FakeCudaStream().ok()) return Child::reply(rep, 'F'), 1;  // libcuda mapped, to attach
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'A') return 1;
+  Child::reply(rep, 'a');
+  if (Child::next(cmd) != 'B') return 1;  // a data wait of the main thread: DataLoading
+  bool ok = false;
+  std::thread driver([&] {
+    const FakeCudaStream own;  // its own context, current in this thread
+    ok = own.ok() && own.work(5 * kMs);
+  });
+  driver.join();
+  Child::reply(rep, ok ? 'b' : 'F');
+  Child::next(cmd);  // a read() again: no longer the driver, no data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, the_main_thread_is_a_driver_only_until_another_thread_syncs) {
+  Child child(sync_elsewhere_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('A'));
+  ASSERT_EQ(child.expect(), 'a');
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(child.send('B'));
+  ASSERT_EQ(child.expect(), 'b');
+  std::this_thread::sleep_for(20ms);
+  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  std::vector<PhaseEvent> others;
+  for (const PhaseEvent& e : all_) {
+    if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
+  }
+  // DataLoading in the read() for 'B', GpuCompute when the batch came, Unknown once the other
+  // thread synced (at the main thread's join), and nothing for its last read().
+  ASSERT_GE(main.size(), 3U) << describe(main);
+  const std::size_t n = main.size();
+  EXPECT_EQ(main[n - 3].cause, cause(PhaseCause::data_wait)) << describe(main);
+  EXPECT_EQ(main[n - 2].cause, cause(PhaseCause::data_arrived)) << describe(main);
+  EXPECT_EQ(main[n - 1].phase, kUnknown) << describe(main);
+  EXPECT_EQ(main[n - 1].cause, cause(PhaseCause::not_driver)) << describe(main);
+  ASSERT_EQ(others.size(), 2U) << describe(others);
+  EXPECT_EQ(others[0].cause, cause(PhaseCause::sync_enter)) << describe(others);
+  EXPECT_EQ(others[1].cause, cause(PhaseCause::sync_return)) << describe(others);
+}
+
 TEST_F(PhaseEvents, counts_its_events) {
   Child child(rank_step_child);
   ASSERT_EQ(child.expect(), 'L');
