@@ -94,23 +94,23 @@ struct zernel_probe_futex {
 
 /* Counters, per CPU, summed by the loader. */
 enum zernel_probe_stat {
-	ZERNEL_PROBE_STAT_SYNC_ENTER,	    /* uprobe hits on a sync entry point */
-	ZERNEL_PROBE_STAT_SYNC_RETURN,	    /* uretprobe hits */
-	ZERNEL_PROBE_STAT_SYNC_NESTED,	    /* entries while the thread was already in a sync */
-	ZERNEL_PROBE_STAT_RETURN_MISS,	    /* returns with no recorded entry (attached mid-call,
+	ZERNEL_PROBE_STAT_SYNC_ENTER,	     /* uprobe hits on a sync entry point */
+	ZERNEL_PROBE_STAT_SYNC_RETURN,	     /* uretprobe hits */
+	ZERNEL_PROBE_STAT_SYNC_NESTED,	     /* entries while the thread was already in a sync */
+	ZERNEL_PROBE_STAT_RETURN_MISS,	     /* returns with no recorded entry (attached mid-call,
 					       or the entry was not recorded) */
-	ZERNEL_PROBE_STAT_DEPTH_OVERFLOW,   /* entries beyond ZERNEL_PROBE_MAX_DEPTH, ignored */
-	ZERNEL_PROBE_STAT_THREAD_MAP_FULL,  /* entries lost: zernel_probe_threads full */
-	ZERNEL_PROBE_STAT_PROC_MAP_FULL,    /* updates lost: no zernel_probe_procs entry */
-	ZERNEL_PROBE_STAT_EXIT_IN_SYNC,	    /* threads that exited inside a sync */
-	ZERNEL_PROBE_STAT_FUTEX_WAIT,	    /* futex waits counted (tracked processes) */
-	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,  /* futex waits of untracked processes (looked up, not
+	ZERNEL_PROBE_STAT_DEPTH_OVERFLOW,    /* entries beyond ZERNEL_PROBE_MAX_DEPTH, ignored */
+	ZERNEL_PROBE_STAT_THREAD_MAP_FULL,   /* entries lost: zernel_probe_threads full */
+	ZERNEL_PROBE_STAT_PROC_MAP_FULL,     /* updates lost: no zernel_probe_procs entry */
+	ZERNEL_PROBE_STAT_EXIT_IN_SYNC,	     /* threads that exited inside a sync */
+	ZERNEL_PROBE_STAT_FUTEX_WAIT,	     /* futex waits counted (tracked processes) */
+	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,   /* futex waits of untracked processes (looked up, not
 					       counted) */
-	ZERNEL_PROBE_STAT_PHASE_EVENT,	    /* phase changes sent to zernel_phase_events */
-	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST, /* phase changes not sent: the ring buffer was full */
-	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE, /* threads of a phase-tracked process given no state
+	ZERNEL_PROBE_STAT_PHASE_EVENT,	     /* phase changes sent to zernel_phase_events */
+	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST,  /* phase changes not sent: the ring buffer was full */
+	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE,  /* threads of a phase-tracked process given no state
 					       (task storage allocation failed) */
-	ZERNEL_PROBE_STAT_NCCL_CHECK,	    /* futex waits of rank threads checked for an nccl-*
+	ZERNEL_PROBE_STAT_NCCL_CHECK,	     /* futex waits of rank threads checked for an nccl-*
 					       mapping (shared futexes only: a private one cannot
 					       be on NCCL's shared segment) */
 	ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED, /* of those, checks that could not be done:
