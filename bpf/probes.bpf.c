@@ -171,7 +171,9 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * PHASES FROM EVENTS (probes.h, docs/probes.md "Phases from events"). Each thread of a process
  * user space names in zernel_phase_procs keeps its phase in task storage; the rules, by role:
  *
- *   rank (a GPU process), every thread:
+ *   rank (a GPU process), its driver threads (rank_driver: a thread that has entered a GPU sync;
+ *   until one has, the main thread); every other thread has no phase (Unknown, no event), and a
+ *   main thread that had one becomes Unknown when another thread syncs first (not_driver):
  *     outermost GPU sync entry          -> GpuCompute; in OptimizerStep the thread stays there
  *                                          unless the sync outlasts zernel_sync_hyst_ns (the
  *                                          optimizer's own short syncs), and then it is
@@ -179,8 +181,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          return (the thread sleeps meanwhile: nothing is
  *                                          scheduled on a wrong phase)
  *     outermost GPU sync return         -> OptimizerStep (CPU work the GPU waits for)
- *     sleeps in a futex wait on an NCCL segment -> NcclCollective (a shared mapping named
- *                                          nccl-*)
+ *     sleeps in a futex wait on an NCCL segment -> NcclCollective (a shared futex, not
+ *                                          FUTEX_PRIVATE_FLAG, on a mapping named nccl-*)
  *     woken from it (runs again)        -> OptimizerStep
  *     blocks (sleeps, not preempted) in read, pread, readv, preadv, recvfrom, recvmsg,
  *     recvmmsg, poll, ppoll, select, pselect6, epoll_wait, epoll_pwait or epoll_pwait2, outside
@@ -208,7 +210,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * state sees it, its tgid is looked up in zernel_phase_procs, and storage is created only when
  * the process has a role (a followed process without one, or an unfollowed one that shares its
  * bit, pays that lookup at each event, and keeps no state). The clock is read only for a thread
- * with a role. Every futex wait a rank thread sleeps in costs one VMA lookup. Measured:
+ * with a role. Every shared futex wait a rank thread sleeps in costs one VMA lookup (private
+ * ones, locks and the GIL, none). Measured:
  * docs/benchmarks.md, "The tax on the rest of the node".
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
@@ -302,13 +305,41 @@ static __always_inline struct zernel_phase_thread *phase_thread(struct task_stru
 	return st;
 }
 
+/*
+ * A rank's driver thread, the one the rank rules apply to: a thread that has entered a GPU sync,
+ * and, while no thread of the process has, its main thread (tid == tgid). The main thread pays
+ * one hash lookup per event until it syncs itself.
+ */
+static __always_inline bool rank_driver(const struct zernel_phase_thread *st,
+					struct task_struct *task)
+{
+	struct zernel_phase_proc *pp;
+	__u32 tgid = st->tgid;
+
+	if (st->driver)
+		return true;
+	if (task->pid != tgid)
+		return false;
+	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+	return pp && !pp->synced;
+}
+
 static __always_inline void phase_sync_enter(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st = phase_thread(task, true, &now);
+	struct zernel_phase_proc *pp;
+	__u32 tgid;
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
 		return;
+	if (!st->driver) {
+		st->driver = 1;
+		tgid = st->tgid;
+		pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+		if (pp && !pp->synced)
+			pp->synced = 1;
+	}
 	st->depth = 1;
 	if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP) {
 		st->pending_ns = now;
@@ -349,19 +380,33 @@ static long nccl_vma(struct task_struct *task, struct vm_area_struct *vma, void 
 	return 0;
 }
 
-/* A sleeping thread's system call, from the registers it entered the kernel with (x86-64). */
+/*
+ * A sleeping thread's system call, from the registers it entered the kernel with (x86-64).
+ *
+ * orig_ax is the syscall number only when the thread entered the kernel by a system call: an
+ * exception keeps its error code there (a page fault's, 7 for a write to a present page, a
+ * copy-on-write after fork, reads as poll) and an interrupt its vector. The syscall entry
+ * stores -ENOSYS in ax, where the call's return value goes only when it returns, so a thread
+ * asleep inside a syscall has ax == -ENOSYS; one asleep in a page fault (swap-in, a file page
+ * read, userfaultfd) has its own user rax there. (A user rax of exactly -38 in a fault would
+ * still be taken for a syscall: no code we know of faults with that.) The object is built for
+ * x86-64 only (cmake/Bpf.cmake, __TARGET_ARCH_x86); on arm64, syscallno is NO_SYSCALL (-1)
+ * outside a syscall and the numbers differ: a port needs its own table.
+ */
 struct zernel_sleep_call {
-	long nr;    /* syscall number; -1 none */
+	long nr;    /* syscall number; -1 none (not in a syscall) */
 	__u64 arg0; /* rdi: futex's uaddr */
 	__u64 arg1; /* rsi: futex's op */
 };
+
+#define ZERNEL_ENOSYS 38
 
 static __always_inline struct zernel_sleep_call sleep_call(struct task_struct *task)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
 	struct zernel_sleep_call c = {.nr = -1};
 
-	if (!regs)
+	if (!regs || (long)BPF_CORE_READ(regs, ax) != -ZERNEL_ENOSYS)
 		return c;
 	c.nr = BPF_CORE_READ(regs, orig_ax);
 	c.arg0 = BPF_CORE_READ(regs, di);
@@ -402,6 +447,28 @@ static __always_inline bool is_data_wait(const struct zernel_sleep_call *c)
 	return false;
 }
 
+/*
+ * A rank thread's futex wait, on a word in an nccl-* mapping? Only a shared futex can be: NCCL's
+ * segments are MAP_SHARED files that its processes wait on together, and a FUTEX_PRIVATE_FLAG
+ * wait (every pthread lock, condition variable and the GIL of a process) is keyed by the address
+ * in one process only, so it is never walked. A check that cannot be done (bpf_find_vma takes
+ * mmap_lock with a trylock and answers -EBUSY when it is contended) is counted; -ENOENT (no
+ * mapping at that address) is an answer, not a miss.
+ */
+static __always_inline bool nccl_wait(struct task_struct *task, const struct zernel_sleep_call *c)
+{
+	__u8 nccl = 0;
+	long err;
+
+	if ((__u32)c->arg1 & ZERNEL_FUTEX_PRIVATE_FLAG)
+		return false;
+	stat_inc(ZERNEL_PROBE_STAT_NCCL_CHECK);
+	err = bpf_find_vma(task, c->arg0, nccl_vma, &nccl, 0);
+	if (err && err != -2 /* -ENOENT */)
+		stat_inc(ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED);
+	return !err && nccl;
+}
+
 /* A thread of a followed process goes to sleep in a futex wait: counted for a tracked process. */
 static __always_inline void count_futex_wait(struct task_struct *task, __u64 *now)
 {
@@ -425,7 +492,8 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
  *   prev, a thread of a followed process, going to sleep (not preempted):
  *     in futex(2) waiting          -> counted (zernel_probe_futex, when tracked); with phases, a
  *                                     rank thread waiting on an nccl-* segment: NcclCollective
- *     a rank's other rules and a worker's (PHASES FROM EVENTS above)
+ *     a rank driver's other rules and a worker's (PHASES FROM EVENTS above); a rank thread
+ *     that is not a driver: Unknown
  *   next, a thread of a followed process, about to run:
  *     back from an NCCL wait       -> OptimizerStep
  *     a rank thread back from the data wait that made it DataLoading -> GpuCompute
@@ -441,7 +509,6 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	struct zernel_phase_thread *st = NULL;
 	__u64 now = 0; /* the clock is read only when needed */
 	bool futex_wait = false;
-	__u8 nccl = 0;
 
 	/* Tasks of processes nobody follows leave here: two loads, no lookup (COST above). */
 	if (!followed(prev->tgid))
@@ -454,8 +521,15 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	}
 	if (zernel_phase_rules)
 		st = phase_thread(prev, true, &now);
-	if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
-		if (futex_wait && !bpf_find_vma(prev, call.arg0, nccl_vma, &nccl, 0) && nccl) {
+	if (st && st->role == ZERNEL_PHASE_ROLE_RANK && !rank_driver(st, prev)) {
+		/* Not a driver: no phase (the main thread had one while it was the driver). */
+		if (st->phase != ZERNEL_PROBE_PHASE_UNKNOWN)
+			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_NOT_DRIVER,
+				  now_of(&now));
+		st->data_wait = 0;
+		st->nccl_wait = 0;
+	} else if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
+		if (futex_wait && nccl_wait(prev, &call)) {
 			st->nccl_wait = 1;
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE,
 				  ZERNEL_CAUSE_NCCL_WAIT, now_of(&now));

@@ -94,22 +94,29 @@ struct zernel_probe_futex {
 
 /* Counters, per CPU, summed by the loader. */
 enum zernel_probe_stat {
-	ZERNEL_PROBE_STAT_SYNC_ENTER,	    /* uprobe hits on a sync entry point */
-	ZERNEL_PROBE_STAT_SYNC_RETURN,	    /* uretprobe hits */
-	ZERNEL_PROBE_STAT_SYNC_NESTED,	    /* entries while the thread was already in a sync */
-	ZERNEL_PROBE_STAT_RETURN_MISS,	    /* returns with no recorded entry (attached mid-call,
+	ZERNEL_PROBE_STAT_SYNC_ENTER,	     /* uprobe hits on a sync entry point */
+	ZERNEL_PROBE_STAT_SYNC_RETURN,	     /* uretprobe hits */
+	ZERNEL_PROBE_STAT_SYNC_NESTED,	     /* entries while the thread was already in a sync */
+	ZERNEL_PROBE_STAT_RETURN_MISS,	     /* returns with no recorded entry (attached mid-call,
 					       or the entry was not recorded) */
-	ZERNEL_PROBE_STAT_DEPTH_OVERFLOW,   /* entries beyond ZERNEL_PROBE_MAX_DEPTH, ignored */
-	ZERNEL_PROBE_STAT_THREAD_MAP_FULL,  /* entries lost: zernel_probe_threads full */
-	ZERNEL_PROBE_STAT_PROC_MAP_FULL,    /* updates lost: no zernel_probe_procs entry */
-	ZERNEL_PROBE_STAT_EXIT_IN_SYNC,	    /* threads that exited inside a sync */
-	ZERNEL_PROBE_STAT_FUTEX_WAIT,	    /* futex waits counted (tracked processes) */
-	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,  /* futex waits of untracked processes (looked up, not
+	ZERNEL_PROBE_STAT_DEPTH_OVERFLOW,    /* entries beyond ZERNEL_PROBE_MAX_DEPTH, ignored */
+	ZERNEL_PROBE_STAT_THREAD_MAP_FULL,   /* entries lost: zernel_probe_threads full */
+	ZERNEL_PROBE_STAT_PROC_MAP_FULL,     /* updates lost: no zernel_probe_procs entry */
+	ZERNEL_PROBE_STAT_EXIT_IN_SYNC,	     /* threads that exited inside a sync */
+	ZERNEL_PROBE_STAT_FUTEX_WAIT,	     /* futex waits counted (tracked processes) */
+	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,   /* futex waits of untracked processes (looked up, not
 					       counted) */
-	ZERNEL_PROBE_STAT_PHASE_EVENT,	    /* phase changes sent to zernel_phase_events */
-	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST, /* phase changes not sent: the ring buffer was full */
-	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE, /* threads of a phase-tracked process given no state
+	ZERNEL_PROBE_STAT_PHASE_EVENT,	     /* phase changes sent to zernel_phase_events */
+	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST,  /* phase changes not sent: the ring buffer was full */
+	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE,  /* threads of a phase-tracked process given no state
 					       (task storage allocation failed) */
+	ZERNEL_PROBE_STAT_NCCL_CHECK,	     /* futex waits of rank threads checked for an nccl-*
+					       mapping (shared futexes only: a private one cannot
+					       be on NCCL's shared segment) */
+	ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED, /* of those, checks that could not be done:
+					       bpf_find_vma failed for another reason than "no
+					       mapping there" (mmap_lock contended: -EBUSY); such a
+					       wait is not seen as NCCL's */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -140,7 +147,7 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 13,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 15,
 			    "update the loader's stat names with the enum");
 
 /*
@@ -191,12 +198,15 @@ enum zernel_phase_cause {
 	ZERNEL_CAUSE_OPTIMIZER_BOUND = 9, /* OptimizerStep ran longer than its bound: Unknown */
 	ZERNEL_CAUSE_DATA_ARRIVED = 10,	  /* back from that data wait: GpuCompute (the batch is
 					     there; the step's GPU work is what follows) */
+	ZERNEL_CAUSE_NOT_DRIVER = 11,	  /* a rank's main thread that had a phase while no thread
+					     had synced, now that another one has: Unknown */
 };
 
 /* Per tracked process. */
 struct zernel_phase_proc {
-	__u32 role; /* enum zernel_phase_role */
-	__u32 pad;
+	__u32 role;   /* enum zernel_phase_role */
+	__u32 synced; /* 1 once a thread of the process entered a GPU sync (BPF sets it; user space
+			 writes 0 when it names the process) */
 };
 
 /* Per thread (task storage; BPF only, user space sees the events). */
@@ -211,7 +221,8 @@ struct zernel_phase_thread {
 	__u8 depth;		/* GPU sync calls in progress (nesting, saturating) */
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
 	__u8 data_wait;		/* 1 while asleep in the data wait that made it DataLoading */
-	__u8 pad[3];
+	__u8 driver;		/* 1 once the thread entered a GPU sync: a rank's driver thread */
+	__u8 pad[2];
 };
 
 /* One phase change, as the ring buffer carries it. */

@@ -45,6 +45,8 @@ std::string_view cause_name(std::uint8_t cause) {
       return "optimizer_bound";
     case collect::PhaseCause::data_arrived:
       return "data_arrived";
+    case collect::PhaseCause::not_driver:
+      return "not_driver";
   }
   return "event";
 }

@@ -92,6 +92,7 @@ static_assert(static_cast<int>(PhaseCause::worker_run) == ZERNEL_CAUSE_WORKER_RU
 static_assert(static_cast<int>(PhaseCause::worker_idle) == ZERNEL_CAUSE_WORKER_IDLE);
 static_assert(static_cast<int>(PhaseCause::optimizer_bound) == ZERNEL_CAUSE_OPTIMIZER_BOUND);
 static_assert(static_cast<int>(PhaseCause::data_arrived) == ZERNEL_CAUSE_DATA_ARRIVED);
+static_assert(static_cast<int>(PhaseCause::not_driver) == ZERNEL_CAUSE_NOT_DRIVER);
 static_assert(static_cast<int>(PhaseRole::rank) == ZERNEL_PHASE_ROLE_RANK);
 static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COMPUTE == 1 &&
                   ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE == 2 &&
@@ -653,6 +654,8 @@ ProbeStats GpuSyncProbes::stats() const {
   st.phase_events = sum[ZERNEL_PROBE_STAT_PHASE_EVENT];
   st.phase_events_lost = sum[ZERNEL_PROBE_STAT_PHASE_EVENT_LOST];
   st.phase_no_storage = sum[ZERNEL_PROBE_STAT_PHASE_NO_STORAGE];
+  st.nccl_checks = sum[ZERNEL_PROBE_STAT_NCCL_CHECK];
+  st.nccl_missed = sum[ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED];
   return st;
 }
 

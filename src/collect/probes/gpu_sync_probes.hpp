@@ -92,6 +92,8 @@ struct ProbeStats {
   std::uint64_t phase_events = 0;       // phase changes sent by the BPF side
   std::uint64_t phase_events_lost = 0;  // phase changes lost: the ring buffer was full
   std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
+  std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
+  std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
 };
 
 // Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").
@@ -109,6 +111,7 @@ enum class PhaseCause : std::uint8_t {
   worker_idle = 8,      // a worker slept past the hysteresis: Unknown
   optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
   data_arrived = 10,    // back from that data wait: GpuCompute
+  not_driver = 11,      // a rank's main thread, no longer its driver (another synced): Unknown
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value

@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <linux/futex.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
@@ -1157,6 +1159,237 @@ TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracke
   ASSERT_EQ(child.expect(), 'L');
   // Its first steps cache "no role" in its thread's storage; naming it must still count.
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
+}
+
+// A rank's futex waits on a word of an nccl-* segment: private ones ('P') are never checked for
+// the segment (a private futex cannot be NCCL's shared one: no VMA walk, no NcclCollective);
+// shared ones ('S') are, each a check and an NcclCollective wait. 20 timed waits of 2 ms each.
+int nccl_futex_child(int cmd, int rep) {
+  const std::string shm = "/nccl-zernel-filter-" + std::to_string(getpid());
+  const int fd = shm_open(shm.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 || ftruncate(fd, 4096) != 0) return Child::reply(rep, 'F'), 1;
+  void* seg = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  shm_unlink(shm.c_str());
+  if (seg == MAP_FAILED) return Child::reply(rep, 'F'), 1;
+  auto* word = static_cast<std::uint32_t*>(seg);
+  Child::reply(rep, 'L');
+  for (char c = Child::next(cmd); c == 'P' || c == 'S'; c = Child::next(cmd)) {
+    for (int i = 0; i < 20; ++i) {
+      const timespec two_ms{0, 2'000'000};
+      futex(word, c == 'P' ? FUTEX_WAIT_PRIVATE : FUTEX_WAIT, 0, &two_ms);
+    }
+    Child::reply(rep, 'd');
+  }
+  return 0;
+}
+
+TEST_F(PhaseEvents, checks_only_shared_futex_waits_for_nccl_and_counts_the_checks) {
+  Child child(nccl_futex_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  auto nccl_waits = [&] {
+    std::size_t n = 0;
+    for (const PhaseEvent& e : main_thread_events(child.upid())) {
+      n += e.phase == kNccl ? 1U : 0U;
+    }
+    all_.clear();
+    return n;
+  };
+  const ProbeStats before = probes_->stats();
+  ASSERT_TRUE(child.send('P'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(10ms);
+  const ProbeStats priv = probes_->stats();
+  EXPECT_EQ(priv.nccl_checks, before.nccl_checks);
+  EXPECT_EQ(nccl_waits(), 0U);
+  ASSERT_TRUE(child.send('S'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(10ms);
+  const ProbeStats shared = probes_->stats();
+  // Each timed wait sleeps (the word stays 0): 20 checks, each an NCCL wait unless the check
+  // could not be done (mmap_lock contended), which is counted instead.
+  const std::uint64_t checks = shared.nccl_checks - priv.nccl_checks;
+  const std::uint64_t missed = shared.nccl_missed - priv.nccl_missed;
+  EXPECT_GE(checks, 20U);
+  EXPECT_LE(missed, checks);
+  EXPECT_GE(nccl_waits() + missed, 20U);
+}
+
+// A rank's main thread asleep in a page fault is not in a syscall: a write to a write-protected
+// page (userfaultfd's write-protect mode, as a copy-on-write fault after fork) leaves the fault's
+// error code, 7, in orig_ax, which reads as poll(2). Its sleep must not be a data wait: the only
+// DataLoading is its read() of the next command. A helper thread of the child lifts the
+// protection after 30 ms.
+int page_fault_child(int cmd, int rep) {
+  const int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC));
+  uffdio_api api{};
+  api.api = UFFD_API;
+  if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) != 0 ||
+      (api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP) == 0) {
+    return Child::reply(rep, 'U'), 1;
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  void* mem = mmap(nullptr, static_cast<std::size_t>(page), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return Child::reply(rep, 'U'), 1;
+  auto* bytes = static_cast<volatile char*>(mem);
+  bytes[0] = 1;  // present: the protected write faults with PROT | WRITE | USER = 7
+  uffdio_register reg{};
+  reg.range = {reinterpret_cast<std::uint64_t>(mem), static_cast<std::uint64_t>(page)};
+  reg.mode = UFFDIO_REGISTER_MODE_WP;
+  uffdio_writeprotect wp{};
+  wp.range = reg.range;
+  wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+  if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0 || ioctl(uffd, UFFDIO_WRITEPROTECT, &wp) != 0) {
+    return Child::reply(rep, 'U'), 1;
+  }
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  std::thread lift([&] {
+    std::this_thread::sleep_for(30ms);
+    uffdio_writeprotect off{};
+    off.range = reg.range;
+    off.mode = 0;  // lift the protection and wake the faulting thread
+    (void)ioctl(uffd, UFFDIO_WRITEPROTECT, &off);
+  });
+  const std::uint64_t t0 = monotonic_ns();
+  bytes[0] = 2;  // sleeps in the fault until the helper lifts the protection
+  const std::uint64_t slept = monotonic_ns() - t0;
+  lift.join();
+  Child::reply(rep, slept >= 25 * kMs ? 'd' : 'S');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, a_sleep_in_a_page_fault_is_no_data_wait) {
+  Child child(page_fault_child);
+  const char ready = child.expect();
+  if (ready == 'U') GTEST_SKIP() << "no userfaultfd write-protect on this kernel";
+  ASSERT_EQ(ready, 'L');
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  const char done = child.expect();
+  if (done == 'S') GTEST_SKIP() << "the protected write did not sleep in the fault";
+  ASSERT_EQ(done, 'd');
+  std::vector<PhaseEvent> ev;
+  for (int i = 0; i < 100; ++i) {  // until the read() of the next command shows
+    const std::vector<PhaseEvent> more = main_thread_events(child.upid());
+    ev.insert(ev.end(), more.begin(), more.end());
+    all_.clear();
+    if (!ev.empty() && ev.back().phase == kData) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  // Named while it slept in read() for 'G' (no state yet), then the fault, then read() again:
+  // one data wait, the last.
+  std::size_t data_waits = 0;
+  for (const PhaseEvent& e : ev) data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
+  EXPECT_EQ(data_waits, 1U) << describe(ev);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back().cause, cause(PhaseCause::data_wait)) << describe(ev);
+}
+
+// A rank's threads other than its driver (issue 22): a helper thread that blocks in read() on a
+// pipe and then hashes what it read (a checkpoint reader) beside a main thread that waits for
+// its batch in read() and syncs. Only the main thread has phases; the helper never gets one.
+int rank_with_reader_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  int p[2];
+  if (!gpu.ok() || pipe(p) != 0) return Child::reply(rep, 'F'), 1;
+  std::thread reader([&] {
+    char c = 0;
+    while (read(p[0], &c, 1) == 1 && c == 'x') burn_cpu(3 * kMs);  // "hashing" what it read
+  });
+  Child::reply(rep, 'L');
+  for (char c = Child::next(cmd); c == 'G'; c = Child::next(cmd)) {
+    for (int i = 0; i < 3; ++i) {
+      (void)!write(p[1], "x", 1);
+      const timespec five_ms{0, 5'000'000};
+      nanosleep(&five_ms, nullptr);
+    }
+    if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;
+    Child::reply(rep, 'd');
+  }
+  (void)!write(p[1], "q", 1);
+  reader.join();
+  return 0;
+}
+
+TEST_F(PhaseEvents, gives_no_phase_to_a_rank_thread_that_is_not_its_driver) {
+  Child child(rank_with_reader_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  std::this_thread::sleep_for(20ms);
+  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  std::vector<PhaseEvent> others;
+  for (const PhaseEvent& e : all_) {
+    if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
+  }
+  // The main thread: its data waits, the batches, its syncs' returns (a sync entered in
+  // GpuCompute changes nothing).
+  std::size_t data_waits = 0;
+  std::size_t returns = 0;
+  for (const PhaseEvent& e : main) {
+    data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
+    returns += e.cause == cause(PhaseCause::sync_return) ? 1U : 0U;
+  }
+  EXPECT_GE(data_waits, 2U) << describe(main);
+  EXPECT_GE(returns, 2U) << describe(main);
+  EXPECT_EQ(main.back().phase, kData) << describe(main);
+  // The reader slept in read() 9 times and ran between: no event.
+  EXPECT_TRUE(others.empty()) << describe(others);
+}
+
+// The main thread is its rank's driver until another thread syncs first: then it has no phase
+// (Unknown at its next switch) and its data waits change nothing; the syncing thread has phases.
+int sync_elsewhere_child(int cmd, int rep) {
+  if (!FakeCudaStream().ok()) return Child::reply(rep, 'F'), 1;  // libcuda mapped, to attach
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'A') return 1;
+  Child::reply(rep, 'a');
+  if (Child::next(cmd) != 'B') return 1;  // a data wait of the main thread: DataLoading
+  bool ok = false;
+  std::thread driver([&] {
+    const FakeCudaStream own;  // its own context, current in this thread
+    ok = own.ok() && own.work(5 * kMs);
+  });
+  driver.join();
+  Child::reply(rep, ok ? 'b' : 'F');
+  Child::next(cmd);  // a read() again: no longer the driver, no data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, the_main_thread_is_a_driver_only_until_another_thread_syncs) {
+  Child child(sync_elsewhere_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('A'));
+  ASSERT_EQ(child.expect(), 'a');
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(child.send('B'));
+  ASSERT_EQ(child.expect(), 'b');
+  std::this_thread::sleep_for(20ms);
+  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  std::vector<PhaseEvent> others;
+  for (const PhaseEvent& e : all_) {
+    if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
+  }
+  // DataLoading in the read() for 'B', GpuCompute when the batch came, Unknown once the other
+  // thread synced (at the main thread's join), and nothing for its last read().
+  ASSERT_GE(main.size(), 3U) << describe(main);
+  const std::size_t n = main.size();
+  EXPECT_EQ(main[n - 3].cause, cause(PhaseCause::data_wait)) << describe(main);
+  EXPECT_EQ(main[n - 2].cause, cause(PhaseCause::data_arrived)) << describe(main);
+  EXPECT_EQ(main[n - 1].phase, kUnknown) << describe(main);
+  EXPECT_EQ(main[n - 1].cause, cause(PhaseCause::not_driver)) << describe(main);
+  ASSERT_EQ(others.size(), 2U) << describe(others);
+  EXPECT_EQ(others[0].cause, cause(PhaseCause::sync_enter)) << describe(others);
+  EXPECT_EQ(others[1].cause, cause(PhaseCause::sync_return)) << describe(others);
 }
 
 TEST_F(PhaseEvents, counts_its_events) {
