@@ -68,6 +68,11 @@ def strip(text):
             out.append('""' + "\n" * text.count("\n", i, j))
             i = j
             continue
+        if c == "'" and re.search(r"(?<![\w'])\d[\w']*$", text[max(0, i - 40):i]):
+            # A digit separator (1'000'000), not a character literal.
+            out.append(c)
+            i += 1
+            continue
         if c in "\"'":
             j = i + 1
             while j < n and text[j] != c:

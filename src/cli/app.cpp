@@ -111,16 +111,20 @@ int run_daemon(const Args& args, const config::LoadedConfig& loaded) {
   return kExitOk;
 }
 
-}  // namespace
+// The subcommands and what their options parse into (bound by reference: not to be moved).
+struct Subcommands {
+  CLI::App* check = nullptr;
+  CLI::App* info = nullptr;
+  bool info_json = false;
+  TenantCmd tenant;
+  StatusCmd status;
+  TopCmd top;
+  RestoreCmd restore;
+  TraceCmd trace;
+};
 
-void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
-
-int run(int argc, char** argv) {
-  Args args;
-  CLI::App app{"zernel-scheduler: an ML-aware CPU scheduler for GPU servers.\n"
-               "It detects the phase of each ML process's training step and makes the Linux\n"
-               "scheduler serve the critical path."};
-  app.set_version_flag("--version,-V", fmt::format("zernel-scheduler {}", kVersion));
+// The options of the daemon itself (and of --demo and --dump-config).
+void add_daemon_options(CLI::App& app, Args& args) {
   app.add_option("--config,-c", args.config_path,
                  "Configuration file (default: $ZERNEL_SCHEDULER_CONFIG, else "
                  "/etc/zernel/scheduler.toml; a missing default file means defaults)");
@@ -144,55 +148,49 @@ int run(int argc, char** argv) {
   app.add_flag("--emulated-gpu", args.emulated_gpu,
                "Use the project's emulated GPU (fake NVML next to this build, or in "
                "$ZERNEL_FAKE_LIB_DIR) instead of the real libnvidia-ml.so.1");
-  CLI::App* check = app.add_subcommand(
+}
+
+void add_subcommands(CLI::App& app, Args& args, Subcommands& sub) {
+  sub.check = app.add_subcommand(
       "check-config", "Validate a configuration file without running (exit 1 when invalid)");
-  check->add_option("path", args.check_path,
-                    "File to check (default: --config, $ZERNEL_SCHEDULER_CONFIG, "
-                    "/etc/zernel/scheduler.toml)");
-  bool info_json = false;
-  CLI::App* info = app.add_subcommand(
-      "info", "Show what this machine offers the scheduler: kernel, sched_ext, BTF, cgroups, "
-              "NVML and GPUs, NUMA, delay accounting");
-  info->add_flag("--json", info_json, "Print one JSON object");
-  info->add_flag("--emulated-gpu", args.emulated_gpu, "Ask the emulated GPU's NVML");
+  sub.check->add_option("path", args.check_path,
+                        "File to check (default: --config, $ZERNEL_SCHEDULER_CONFIG, "
+                        "/etc/zernel/scheduler.toml)");
+  sub.info = app.add_subcommand(
+      "info",
+      "Show what this machine offers the scheduler: kernel, sched_ext, BTF, cgroups, "
+      "NVML and GPUs, NUMA, delay accounting");
+  sub.info->add_flag("--json", sub.info_json, "Print one JSON object");
+  sub.info->add_flag("--emulated-gpu", args.emulated_gpu, "Ask the emulated GPU's NVML");
   app.add_option(
       "--control-socket", args.control_socket,
       "Control socket for tenant/status/top/trace (default: $ZERNEL_SCHEDULER_SOCKET, else "
       "/run/zernel/scheduler.sock; an empty value disables it)");
-  TenantCmd tenant_cmd;
-  add_tenant_command(app, tenant_cmd);
-  StatusCmd status_cmd;
-  add_status_command(app, status_cmd);
-  TopCmd top_cmd;
-  add_top_command(app, top_cmd);
-  RestoreCmd restore_cmd;
-  add_restore_command(app, restore_cmd);
-  TraceCmd trace_cmd;
-  add_trace_command(app, trace_cmd);
+  add_tenant_command(app, sub.tenant);
+  add_status_command(app, sub.status);
+  add_top_command(app, sub.top);
+  add_restore_command(app, sub.restore);
+  add_trace_command(app, sub.trace);
   app.require_subcommand(0, 1);
+}
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitUsage;
-  }
-
-  if (info->parsed()) return run_info(args.emulated_gpu, info_json);
-  if (check->parsed()) {
+// The exit code of the subcommand given, or nullopt when none was (the daemon runs).
+std::optional<int> run_given_subcommand(Args& args, const Subcommands& sub) {
+  if (sub.info->parsed()) return run_info(args.emulated_gpu, sub.info_json);
+  if (sub.check->parsed()) {
     if (!args.check_path) args.check_path = args.config_path;
     return check_config(args);
   }
-  if (tenant_cmd.cmd->parsed()) return run_tenant_command(tenant_cmd);
-  if (status_cmd.cmd->parsed()) return run_status_command(status_cmd);
-  if (top_cmd.cmd->parsed()) return run_top_command(top_cmd);
-  if (restore_cmd.cmd->parsed()) return run_restore_command(restore_cmd);
-  if (trace_cmd.cmd->parsed()) return run_trace_command(trace_cmd);
+  if (sub.tenant.cmd->parsed()) return run_tenant_command(sub.tenant);
+  if (sub.status.cmd->parsed()) return run_status_command(sub.status);
+  if (sub.top.cmd->parsed()) return run_top_command(sub.top);
+  if (sub.restore.cmd->parsed()) return run_restore_command(sub.restore);
+  if (sub.trace.cmd->parsed()) return run_trace_command(sub.trace);
+  return std::nullopt;
+}
 
+// Loads the configuration, then dumps it, runs the demo or runs the daemon.
+int run_with_config(const Args& args) {
   auto loaded = config::load_config(args.config_path);
   if (!loaded) {
     print_error(loaded.error().message());
@@ -212,6 +210,35 @@ int run(int argc, char** argv) {
   if (args.demo) return demo(args, *loaded);
 
   return run_daemon(args, *loaded);
+}
+
+}  // namespace
+
+void print_error(const std::string& msg) { fmt::print(stderr, "zernel-scheduler: {}\n", msg); }
+
+int run(int argc, char** argv) {
+  Args args;
+  CLI::App app{
+      "zernel-scheduler: an ML-aware CPU scheduler for GPU servers.\n"
+      "It detects the phase of each ML process's training step and makes the Linux\n"
+      "scheduler serve the critical path."};
+  app.set_version_flag("--version,-V", fmt::format("zernel-scheduler {}", kVersion));
+  add_daemon_options(app, args);
+  Subcommands sub;
+  add_subcommands(app, args, sub);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitUsage;
+  }
+  if (auto code = run_given_subcommand(args, sub)) return *code;
+  return run_with_config(args);
 }
 
 }  // namespace zernel::cli

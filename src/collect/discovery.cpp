@@ -371,6 +371,17 @@ Result<DiscoveryResult> ProcessDiscovery::update(const DiscoveryInput& input,
 
 void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, DiscoveryResult& result) {
   // In memory: parents, GPU contexts, nearest gpu_owner ancestors.
+  index_parent_links();
+  mark_gpu_context_owners(input);
+  find_owner_ancestors();
+  // Roles and the cap: owners, then workers, then matched, lowest pids first within each.
+  select_by_role(input.max_tracked_tasks, result);
+  emit_selected_processes(input, proc_fd, result);
+  // (A child found gone above stays in the record until its exit event or the next scan.)
+  mark_changes_since_previous(result);
+}
+
+void ProcessDiscovery::index_parent_links() {
   sorted_.clear();
   for (auto& [pid, e] : table_) sorted_.emplace_back(pid, &e);
   std::sort(sorted_.begin(), sorted_.end(),
@@ -390,7 +401,10 @@ void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, Discove
     const auto [pid, e] = sorted_[i];
     if (e->ppid != pid) parent_[i] = index_of(e->ppid);
   }
-  for (std::size_t i = 0; i < n; ++i) {
+}
+
+void ProcessDiscovery::mark_gpu_context_owners(const DiscoveryInput& input) {
+  for (std::size_t i = 0; i < sorted_.size(); ++i) {
     const auto [pid, e] = sorted_[i];
     if (input.nvml_processes != nullptr && input.nvml_processes->contains(pid)) {
       own_[i] = 1;
@@ -401,7 +415,10 @@ void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, Discove
       own_[i] = inherited ? 0 : 1;
     }
   }
-  for (std::size_t i = 0; i < n; ++i) {
+}
+
+void ProcessDiscovery::find_owner_ancestors() {
+  for (std::size_t i = 0; i < sorted_.size(); ++i) {
     if (visit_[i] == 2) continue;
     // Climb until an owner, a node already resolved, the top, or a cycle (only possible in a
     // fabricated tree). Every node on the climb below the stopping point is a non-owner except
@@ -431,8 +448,10 @@ void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, Discove
       visit_[static_cast<std::size_t>(w)] = 2;
     }
   }
+}
 
-  // Roles and the cap: owners, then workers, then matched, lowest pids first within each.
+void ProcessDiscovery::select_by_role(std::size_t max_tracked_tasks, DiscoveryResult& result) {
+  const std::size_t n = sorted_.size();
   order_.clear();
   for (std::size_t i = 0; i < n; ++i) {
     if (own_[i] != 0) order_.push_back(static_cast<std::uint32_t>(i));
@@ -445,20 +464,24 @@ void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, Discove
       order_.push_back(static_cast<std::uint32_t>(i));
     }
   }
-  const std::size_t keep = std::min<std::size_t>(order_.size(), input.max_tracked_tasks);
+  const std::size_t keep = std::min<std::size_t>(order_.size(), max_tracked_tasks);
   result.dropped = static_cast<std::uint32_t>(order_.size() - keep);
   order_.resize(keep);
   std::sort(order_.begin(), order_.end());  // index order is pid order
+}
 
-  // An owner's GPU: NVML's index, else the single /dev/nvidiaN it has open.
-  const auto owner_gpu = [&](std::size_t idx) -> std::optional<std::uint32_t> {
-    if (input.nvml_processes != nullptr) {
-      const auto it = input.nvml_processes->find(sorted_[idx].first);
-      if (it != input.nvml_processes->end()) return it->second;
-    }
-    return sorted_[idx].second->fd_gpu;
-  };
-  result.processes.reserve(keep);
+std::optional<std::uint32_t> ProcessDiscovery::owner_gpu(const DiscoveryInput& input,
+                                                         std::size_t idx) const {
+  if (input.nvml_processes != nullptr) {
+    const auto it = input.nvml_processes->find(sorted_[idx].first);
+    if (it != input.nvml_processes->end()) return it->second;
+  }
+  return sorted_[idx].second->fd_gpu;
+}
+
+void ProcessDiscovery::emit_selected_processes(const DiscoveryInput& input, int proc_fd,
+                                               DiscoveryResult& result) {
+  result.processes.reserve(order_.size());
   for (std::uint32_t idx : order_) {
     const auto [pid, e] = sorted_[idx];
     // A child known from its fork only: its start time (its identity) from its stat.
@@ -471,18 +494,19 @@ void ProcessDiscovery::resolve(const DiscoveryInput& input, int proc_fd, Discove
     p.tenant = e->tenant;
     if (own_[idx] != 0) {
       p.role = ProcessRole::gpu_owner;
-      p.gpu = owner_gpu(idx);
+      p.gpu = owner_gpu(input, idx);
     } else if (owner_above_[idx] >= 0) {
       p.role = ProcessRole::dataloader_worker;
-      p.gpu = owner_gpu(static_cast<std::size_t>(owner_above_[idx]));
+      p.gpu = owner_gpu(input, static_cast<std::size_t>(owner_above_[idx]));
     } else {
       p.role = ProcessRole::matched;
     }
     result.processes.push_back(std::move(p));
   }
-  // (A child found gone above stays in the record until its exit event or the next scan.)
+}
 
-  // Changes against the previous result; both lists are in pid order.
+void ProcessDiscovery::mark_changes_since_previous(DiscoveryResult& result) {
+  // Both lists are in pid order.
   std::size_t j = 0;
   for (DiscoveredProcess& p : result.processes) {
     while (j < previous_.size() && previous_[j].first < p.pid) {

@@ -181,6 +181,22 @@ class ProcessDiscovery {
   void read_attrs(int pid_dirfd, Entry& e, const DiscoveryInput& input, DiscoveryResult& result);
   // Roles, the cap and the changes against the previous result, from the record.
   void resolve(const DiscoveryInput& input, int proc_fd, DiscoveryResult& result);
+  // The steps of resolve, on the scratch vectors below:
+  // sorted_ from the record, parent_ from each ppid; own_, owner_above_, visit_ reset.
+  void index_parent_links();
+  // own_: a GPU context of its own (NVML lists it, or nvidia fds not inherited from its parent).
+  void mark_gpu_context_owners(const DiscoveryInput& input);
+  // owner_above_: the nearest gpu_owner ancestor of each process.
+  void find_owner_ancestors();
+  // order_: owners, then workers, then matched, cut to the cap (result.dropped), in pid order.
+  void select_by_role(std::size_t max_tracked_tasks, DiscoveryResult& result);
+  // An owner's GPU: NVML's index, else the single /dev/nvidiaN it has open.
+  [[nodiscard]] std::optional<std::uint32_t> owner_gpu(const DiscoveryInput& input,
+                                                       std::size_t idx) const;
+  // result.processes from order_ (reading the stat of a child known from its fork only).
+  void emit_selected_processes(const DiscoveryInput& input, int proc_fd, DiscoveryResult& result);
+  // Each process's change, and result.removed, against previous_; then previous_ = this result.
+  void mark_changes_since_previous(DiscoveryResult& result);
   [[nodiscard]] bool inherited_nvidia_fds(const Entry& child, const Entry& parent) const;
   void rules_changed(const DiscoveryInput& input);
 

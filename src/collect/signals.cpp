@@ -170,16 +170,103 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
   return true;
 }
 
+int SignalSampler::PidDir::open() {
+  if (fd.valid()) return 0;
+  int err = 0;
+  fd = sys::open_dir_at(proc_fd, name, err);
+  return fd.valid() ? 0 : err;
+}
+
+void SignalSampler::drop_pid(std::uint32_t pid, ProcessSignals& out) {
+  out.gone = true;
+  if (auto it = state_.find(pid); it != state_.end()) {
+    if (it->second.stat_fd.valid()) --open_files_;
+    if (it->second.schedstat_fd.valid()) --open_files_;
+    state_.erase(it);
+  }
+}
+
+SignalSampler::PidState& SignalSampler::state_for_stat(std::uint32_t pid, const sys::ProcStat& st,
+                                                       ProcessSignals& out) {
+  auto [it, inserted] = state_.try_emplace(pid);
+  PidState& s = it->second;
+  if (!inserted && s.starttime != st.starttime_ticks) {
+    out.restarted = true;
+    s.samples = 0;
+    s.threads.clear();
+    s.threads_valid = false;
+  }
+  return s;
+}
+
+void SignalSampler::keep_stat_descriptors(PidState& s, const sys::ProcStat& st,
+                                          sys::UniqueFd& fresh_stat, PidDir& dir) {
+  if (fresh_stat.valid() && options_.keep_files_open && !s.stat_fd.valid() &&
+      open_files_ < options_.max_open_files) {
+    s.stat_fd = std::move(fresh_stat);
+    ++open_files_;
+  }
+  if (!options_.skip_unchanged || !options_.keep_files_open || st.num_threads != 1 ||
+      s.schedstat_fd.valid() || !s.stat_fd.valid() || open_files_ >= options_.max_open_files) {
+    return;
+  }
+  // Opened through the process's directory like stat, so it is tied to the same process; its
+  // first values are the baseline (a run between the two reads shows as a change next time).
+  if (dir.open() != 0) return;
+  s.schedstat_fd = sys::UniqueFd(::openat(dir.fd.get(), "schedstat", O_RDONLY | O_CLOEXEC));
+  if (!s.schedstat_fd.valid()) return;
+  ++open_files_;
+  if (pread_proc_file(s.schedstat_fd.get(), buf_, 256) == 0) {
+    if (auto sched = parse_schedstat(buf_)) {
+      s.run_ns = sched->run_ns;
+      s.timeslices = sched->timeslices;
+    }
+  }
+}
+
+float SignalSampler::io_wait_fraction_since(const PidState& s, std::uint64_t now_ns) const {
+  // Growth of the threads seen before, plus everything of the threads born since.
+  std::uint64_t delta = 0;
+  std::size_t j = 0;
+  for (const auto& [tid, ticks] : threads_) {
+    while (j < s.threads.size() && s.threads[j].first < tid) ++j;
+    const bool known = j < s.threads.size() && s.threads[j].first == tid;
+    // A smaller count than before is a new thread that reused the tid.
+    const std::uint64_t grown =
+        known && ticks >= s.threads[j].second ? ticks - s.threads[j].second : ticks;
+    delta = saturating_add(delta, grown);
+  }
+  const double blocked_s = static_cast<double>(delta) / static_cast<double>(ticks_per_s_);
+  const double interval_s =
+      static_cast<double>(now_ns - s.last_ns) / static_cast<double>(kNsPerSecond);
+  return static_cast<float>(std::clamp(blocked_s / interval_s, 0.0, 1.0));
+}
+
+int SignalSampler::sample_io_wait(std::uint32_t pid, const sys::ProcStat& st, PidState& s,
+                                  PidDir& dir, bool elapsed, std::uint64_t now_ns,
+                                  ProcessSignals& out) {
+  int err = 0;
+  if (st.num_threads == 1 && st.delayacct_blkio_ticks) {
+    // A single-threaded process: its stat line is its only thread's, so the per-thread walk
+    // (a directory listing and one more file per thread) is not needed.
+    threads_.assign(1, {pid, *st.delayacct_blkio_ticks});
+  } else {
+    err = dir.open();
+    if (err == 0) err = read_threads(dir.fd.get());
+  }
+  if (gone_errno(err)) return err;
+  if (err == 0) {
+    if (elapsed && s.threads_valid) out.io_wait_fraction = io_wait_fraction_since(s, now_ns);
+    s.threads.swap(threads_);
+    s.threads_valid = true;
+  } else {
+    s.threads_valid = false;
+  }
+  return err;
+}
+
 void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
                                std::uint64_t now_ns, ProcessSignals& out) {
-  const auto drop = [&] {
-    out.gone = true;
-    if (auto it = state_.find(pid); it != state_.end()) {
-      if (it->second.stat_fd.valid()) --open_files_;
-      if (it->second.schedstat_fd.valid()) --open_files_;
-      state_.erase(it);
-    }
-  };
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
   auto prior = state_.find(pid);
@@ -194,11 +281,12 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
       unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
     return;
   }
-  sys::UniqueFd dir;    // <proc>/<pid>, opened only when needed
-  sys::UniqueFd fresh;  // a newly opened stat, kept below when there is room
-  int err = read_stat(proc_fd, name, prior != state_.end() ? &prior->second : nullptr, dir, fresh);
+  PidDir dir{proc_fd, name, {}};  // <proc>/<pid>, opened only when needed
+  sys::UniqueFd fresh;            // a newly opened stat, kept below when there is room
+  const int err =
+      read_stat(proc_fd, name, prior != state_.end() ? &prior->second : nullptr, dir.fd, fresh);
   if (err != 0) {
-    if (gone_errno(err)) drop();
+    if (gone_errno(err)) drop_pid(pid, out);
     return;
   }
   auto st = sys::parse_stat(buf_);
@@ -209,103 +297,31 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
     return;
   }
   if (st->is_dead()) {
-    drop();
+    drop_pid(pid, out);
     return;
   }
   out.state = st->state;
   out.starttime = st->starttime_ticks;
 
-  auto [it, inserted] = state_.try_emplace(pid);
-  PidState& s = it->second;
-  if (!inserted && s.starttime != st->starttime_ticks) {
-    out.restarted = true;
-    s.samples = 0;
-    s.threads.clear();
-    s.threads_valid = false;
-  }
-  const bool first = s.samples == 0;
-  const bool elapsed = !first && now_ns > s.last_ns;
+  PidState& s = state_for_stat(pid, *st, out);
+  const bool elapsed = s.samples != 0 && now_ns > s.last_ns;
   s.generation = generation_;
-  if (fresh.valid() && options_.keep_files_open && !s.stat_fd.valid() &&
-      open_files_ < options_.max_open_files) {
-    s.stat_fd = std::move(fresh);
-    ++open_files_;
-  }
-  const auto open_dir = [&]() -> int {
-    if (dir.valid()) return 0;
-    int e = 0;
-    dir = sys::open_dir_at(proc_fd, name, e);
-    return dir.valid() ? 0 : e;
-  };
-
   s.state = st->state;
   s.num_threads = st->num_threads;
   s.run_ns = sched_run_ns;
   s.timeslices = sched_timeslices;
-  if (options_.skip_unchanged && options_.keep_files_open && st->num_threads == 1 &&
-      !s.schedstat_fd.valid() && s.stat_fd.valid() && open_files_ < options_.max_open_files) {
-    // Opened through the process's directory like stat, so it is tied to the same process; its
-    // first values are the baseline (a run between the two reads shows as a change next time).
-    if (open_dir() == 0) {
-      s.schedstat_fd = sys::UniqueFd(::openat(dir.get(), "schedstat", O_RDONLY | O_CLOEXEC));
-      if (s.schedstat_fd.valid()) {
-        ++open_files_;
-        if (pread_proc_file(s.schedstat_fd.get(), buf_, 256) == 0) {
-          if (auto sched = parse_schedstat(buf_)) {
-            s.run_ns = sched->run_ns;
-            s.timeslices = sched->timeslices;
-          }
-        }
-      }
-    }
-  }
+  keep_stat_descriptors(s, *st, fresh, dir);
 
   const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
   if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
-
-  if (options_.measure_io_wait && mode != SampleMode::stat_only) {
-    if (st->num_threads == 1 && st->delayacct_blkio_ticks) {
-      // A single-threaded process: its stat line is its only thread's, so the per-thread walk
-      // (a directory listing and one more file per thread) is not needed.
-      threads_.assign(1, {pid, *st->delayacct_blkio_ticks});
-      err = 0;
-    } else {
-      err = open_dir();
-      if (err == 0) err = read_threads(dir.get());
-    }
-    if (gone_errno(err)) {
-      drop();
-      return;
-    }
-    if (err == 0) {
-      if (elapsed && s.threads_valid) {
-        // Growth of the threads seen before, plus everything of the threads born since.
-        std::uint64_t delta = 0;
-        std::size_t j = 0;
-        for (const auto& [tid, ticks] : threads_) {
-          while (j < s.threads.size() && s.threads[j].first < tid) ++j;
-          const bool known = j < s.threads.size() && s.threads[j].first == tid;
-          // A smaller count than before is a new thread that reused the tid.
-          const std::uint64_t grown =
-              known && ticks >= s.threads[j].second ? ticks - s.threads[j].second : ticks;
-          delta = saturating_add(delta, grown);
-        }
-        const double blocked_s = static_cast<double>(delta) / static_cast<double>(ticks_per_s_);
-        const double interval_s =
-            static_cast<double>(now_ns - s.last_ns) / static_cast<double>(kNsPerSecond);
-        out.io_wait_fraction = static_cast<float>(std::clamp(blocked_s / interval_s, 0.0, 1.0));
-      }
-      s.threads.swap(threads_);
-      s.threads_valid = true;
-    } else {
-      s.threads_valid = false;
-    }
+  if (options_.measure_io_wait && mode != SampleMode::stat_only &&
+      gone_errno(sample_io_wait(pid, *st, s, dir, elapsed, now_ns, out))) {
+    drop_pid(pid, out);
+    return;
   }
-
-  if (mode == SampleMode::full && s.samples % options_.nccl_check_every == 0 && open_dir() == 0) {
-    out.nccl_active = nccl_active(dir.get());
+  if (mode == SampleMode::full && s.samples % options_.nccl_check_every == 0 && dir.open() == 0) {
+    out.nccl_active = nccl_active(dir.fd.get());
   }
-
   s.starttime = st->starttime_ticks;
   s.last_ns = now_ns;
   s.cpu_ticks = cpu;

@@ -138,8 +138,31 @@ class SignalSampler {
     char state = '?';
   };
 
+  // The directory <proc>/<pid>, opened by the first step of a sample that needs it.
+  struct PidDir {
+    int proc_fd = -1;
+    const char* name = nullptr;
+    sys::UniqueFd fd;
+    int open();  // 0 or an errno value
+  };
+
   void sample_one(int proc_fd, std::uint32_t pid, SampleMode mode, std::uint64_t now_ns,
                   ProcessSignals& out);
+  // Marks `out` gone and forgets the process's state and kept descriptors.
+  void drop_pid(std::uint32_t pid, ProcessSignals& out);
+  // The state of `pid`, created at its first sample and started over when `st` shows another
+  // process under that pid (`out.restarted`).
+  PidState& state_for_stat(std::uint32_t pid, const sys::ProcStat& st, ProcessSignals& out);
+  // keep_files_open: keeps the newly opened stat, and for skip_unchanged the schedstat of a
+  // single-threaded process with its first values as the baseline, while there is room.
+  void keep_stat_descriptors(PidState& s, const sys::ProcStat& st, sys::UniqueFd& fresh_stat,
+                             PidDir& dir);
+  // measure_io_wait: reads the threads' blkio ticks into s.threads and sets
+  // out.io_wait_fraction over the interval since the last sample. Returns 0 or an errno value.
+  int sample_io_wait(std::uint32_t pid, const sys::ProcStat& st, PidState& s, PidDir& dir,
+                     bool elapsed, std::uint64_t now_ns, ProcessSignals& out);
+  // The fraction of the interval since s.last_ns that threads_ spent blocked on I/O.
+  [[nodiscard]] float io_wait_fraction_since(const PidState& s, std::uint64_t now_ns) const;
   // skip_unchanged: reads the schedstat of a known single-threaded process; true (and `out`
   // filled) when it has not run since its last sample. Otherwise `run_ns`/`timeslices` hold
   // what it read (or 0), for the full read to keep.

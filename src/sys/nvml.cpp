@@ -132,29 +132,29 @@ Nvml::~Nvml() {
   if (handle_ != nullptr) dlclose(handle_);
 }
 
-Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
-  const bool by_soname = library_path.empty();
-  const std::string lib = by_soname ? std::string(kNvmlLibrary) : library_path;
+namespace {
+
+// dlopen of the library (by soname when `by_soname`), with the reason it is not there or would
+// not load.
+Result<void*> dlopen_nvml_library(const std::string& lib, bool by_soname) {
   if (!by_soname && lib.find('/') != std::string::npos) {
     std::error_code ec;
     if (!fs::exists(lib, ec)) return Error(ENOENT, fmt::format("{} not found: {}", lib, kOff));
   }
-
   dlerror();
   void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = dlerror();
-    const std::string why = err != nullptr ? err : "unknown error";
-    if (by_soname && why.find("No such file") != std::string::npos) {
-      return Error(ENOENT, fmt::format("{} not found: {}", kNvmlLibrary, kOff));
-    }
-    return Error(ELIBBAD, fmt::format("loading {}: {}: {}", lib, why, kOff));
+  if (handle != nullptr) return handle;
+  const char* err = dlerror();
+  const std::string why = err != nullptr ? err : "unknown error";
+  if (by_soname && why.find("No such file") != std::string::npos) {
+    return Error(ENOENT, fmt::format("{} not found: {}", kNvmlLibrary, kOff));
   }
-  std::unique_ptr<Nvml> nvml(new Nvml());
-  nvml->handle_ = handle;
-  nvml->library_ = lib;
-  Api& a = *nvml->api_;
+  return Error(ELIBBAD, fmt::format("loading {}: {}: {}", lib, why, kOff));
+}
 
+// The entry points load cannot do without (and the UUID, which is optional); the error names
+// every one missing.
+Result<void> resolve_required_nvml_symbols(void* handle, const std::string& lib, Nvml::Api& a) {
   resolve(handle, "nvmlInit_v2", a.init);
   resolve(handle, "nvmlShutdown", a.shutdown);
   resolve(handle, "nvmlErrorString", a.error_string);
@@ -174,12 +174,14 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
   need(reinterpret_cast<const void*>(a.handle_by_index), "nvmlDeviceGetHandleByIndex_v2");
   need(reinterpret_cast<const void*>(a.name), "nvmlDeviceGetName");
   need(reinterpret_cast<const void*>(a.pci_info), "nvmlDeviceGetPciInfo_v3");
-  if (!missing.empty()) {
-    std::string names;
-    for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
-    return Error(ENOSYS, fmt::format("{} lacks {} (too old a driver?): {}", lib, names, kOff));
-  }
+  if (missing.empty()) return Ok{};
+  std::string names;
+  for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+  return Error(ENOSYS, fmt::format("{} lacks {} (too old a driver?): {}", lib, names, kOff));
+}
 
+// The optional entry points: each feature works when its functions are there (Nvml::has).
+void resolve_optional_nvml_symbols(void* handle, Nvml::Api& a) {
   resolve(handle, "nvmlSystemGetDriverVersion", a.driver_version);
   resolve(handle, "nvmlDeviceGetUtilizationRates", a.utilization);
   resolve(handle, "nvmlDeviceGetProcessUtilization", a.process_utilization);
@@ -200,38 +202,37 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
   resolve(handle, "nvmlDeviceGetPowerManagementDefaultLimit", a.power_default_limit);
   resolve(handle, "nvmlDeviceGetPowerManagementLimitConstraints", a.power_constraints);
   resolve(handle, "nvmlDeviceSetPowerManagementLimit", a.set_power_limit);
+}
 
-  const auto fail = [&a](nvmlReturn_t rc, const std::string& call) {
-    const char* text = a.error_string(rc);
-    return Error(
-        errno_of(rc),
-        fmt::format("{}: {}: {}", call,
-                    text != nullptr ? text : fmt::format("NVML error {}", static_cast<int>(rc)),
-                    kOff));
-  };
-  if (auto rc = a.init(); rc != NVML_SUCCESS) return fail(rc, "nvmlInit_v2");
-  nvml->initialized_ = true;
+// A failed call at load: "<call>: <NVML's text>: GPU metrics are off".
+Error nvml_load_error(const Nvml::Api& a, nvmlReturn_t rc, const std::string& call) {
+  const char* text = a.error_string(rc);
+  return Error(
+      errno_of(rc),
+      fmt::format("{}: {}: {}", call,
+                  text != nullptr ? text : fmt::format("NVML error {}", static_cast<int>(rc)),
+                  kOff));
+}
 
-  if (a.driver_version != nullptr) {
-    char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
-    if (a.driver_version(buf, sizeof(buf)) == NVML_SUCCESS) nvml->driver_version_ = buf;
-  }
+// Every GPU NVML counts, in index order: its name, PCI bus id and UUID, and its handle.
+Result<void> list_nvml_devices(const Nvml::Api& a, std::vector<GpuDevice>& devices,
+                               std::vector<void*>& handles) {
   unsigned int count = 0;
   if (auto rc = a.device_count(&count); rc != NVML_SUCCESS) {
-    return fail(rc, "nvmlDeviceGetCount_v2");
+    return nvml_load_error(a, rc, "nvmlDeviceGetCount_v2");
   }
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t h = nullptr;
     if (auto rc = a.handle_by_index(i, &h); rc != NVML_SUCCESS) {
-      return fail(rc, fmt::format("nvmlDeviceGetHandleByIndex_v2({})", i));
+      return nvml_load_error(a, rc, fmt::format("nvmlDeviceGetHandleByIndex_v2({})", i));
     }
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
     if (auto rc = a.name(h, name, sizeof(name)); rc != NVML_SUCCESS) {
-      return fail(rc, fmt::format("nvmlDeviceGetName(GPU {})", i));
+      return nvml_load_error(a, rc, fmt::format("nvmlDeviceGetName(GPU {})", i));
     }
     nvmlPciInfo_t pci{};
     if (auto rc = a.pci_info(h, &pci); rc != NVML_SUCCESS) {
-      return fail(rc, fmt::format("nvmlDeviceGetPciInfo_v3(GPU {})", i));
+      return nvml_load_error(a, rc, fmt::format("nvmlDeviceGetPciInfo_v3(GPU {})", i));
     }
     pci.busId[sizeof(pci.busId) - 1] = '\0';
     auto bus_id = normalize_bus_id(pci.busId);
@@ -240,11 +241,35 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
     // empty rather than failing the load.
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
     if (a.uuid == nullptr || a.uuid(h, uuid, sizeof(uuid)) != NVML_SUCCESS) uuid[0] = '\0';
-    nvml->devices_.push_back(GpuDevice{i, name, std::move(bus_id.value()), uuid});
-    nvml->handles_.push_back(h);
+    devices.push_back(GpuDevice{i, name, std::move(bus_id.value()), uuid});
+    handles.push_back(h);
   }
-  nvml->last_seen_us_.assign(count, 0);
-  nvml->originals_.assign(count, OriginalSettings{});
+  return Ok{};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
+  const bool by_soname = library_path.empty();
+  const std::string lib = by_soname ? std::string(kNvmlLibrary) : library_path;
+  auto handle = dlopen_nvml_library(lib, by_soname);
+  if (!handle) return handle.error();
+  std::unique_ptr<Nvml> nvml(new Nvml());
+  nvml->handle_ = *handle;
+  nvml->library_ = lib;
+  Api& a = *nvml->api_;
+  if (auto r = resolve_required_nvml_symbols(*handle, lib, a); !r) return r.error();
+  resolve_optional_nvml_symbols(*handle, a);
+
+  if (auto rc = a.init(); rc != NVML_SUCCESS) return nvml_load_error(a, rc, "nvmlInit_v2");
+  nvml->initialized_ = true;
+  if (a.driver_version != nullptr) {
+    char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+    if (a.driver_version(buf, sizeof(buf)) == NVML_SUCCESS) nvml->driver_version_ = buf;
+  }
+  if (auto r = list_nvml_devices(a, nvml->devices_, nvml->handles_); !r) return r.error();
+  nvml->last_seen_us_.assign(nvml->devices_.size(), 0);
+  nvml->originals_.assign(nvml->devices_.size(), OriginalSettings{});
   return nvml;
 }
 

@@ -210,34 +210,35 @@ constexpr std::uint64_t kU32 = std::numeric_limits<std::uint32_t>::max();
 constexpr std::int64_t kI32Min = std::numeric_limits<std::int32_t>::min();
 constexpr std::int64_t kI32Max = std::numeric_limits<std::int32_t>::max();
 
-}  // namespace
+// The member `key` of the reply, or null when it has none.
+const json& trace_member(const json& j, const char* key) {
+  static const json kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
 
-// NOLINTNEXTLINE(readability-function-cognitive-complexity): one flat check per field
-Result<TraceData> trace_from_json(const json& j) {
-  if (!j.is_object()) return bad_trace("not a JSON object");
-  if (j.value("version", 0) != 1) return bad_trace("unknown \"version\" (expected 1)");
-  TraceData t;
-  const auto field = [&j](const char* key) -> const json& {
-    static const json kNull;
-    auto it = j.find(key);
-    return it == j.end() ? kNull : *it;
-  };
-  auto start = as_u64(field("start_ns"), "\"start_ns\"");
+// start_ns, end_ns, realtime_offset_ns and backend.
+Result<void> parse_trace_header(const json& j, TraceData& t) {
+  auto start = as_u64(trace_member(j, "start_ns"), "\"start_ns\"");
   if (!start) return start.error();
-  auto end = as_u64(field("end_ns"), "\"end_ns\"");
+  auto end = as_u64(trace_member(j, "end_ns"), "\"end_ns\"");
   if (!end) return end.error();
   if (*end < *start) return bad_trace("\"end_ns\" is before \"start_ns\"");
   t.start_ns = *start;
   t.end_ns = *end;
   auto off =
-      as_i64(field("realtime_offset_ns"), "\"realtime_offset_ns\"",
+      as_i64(trace_member(j, "realtime_offset_ns"), "\"realtime_offset_ns\"",
              std::numeric_limits<std::int64_t>::min(), std::numeric_limits<std::int64_t>::max());
   if (!off) return off.error();
   t.realtime_offset_ns = *off;
-  auto backend = as_string(field("backend"), "\"backend\"");
+  auto backend = as_string(trace_member(j, "backend"), "\"backend\"");
   if (!backend) return backend.error();
   t.backend = std::move(*backend);
+  return Ok{};
+}
 
+// "processes": rows of [pid, name, role].
+Result<void> parse_trace_processes(const json& j, TraceData& t) {
   auto procs = array_field(j, "processes", 3);
   if (!procs) return procs.error();
   for (const json& row : **procs) {
@@ -250,6 +251,11 @@ Result<TraceData> trace_from_json(const json& j) {
     const auto p = static_cast<std::uint32_t>(*pid);
     t.processes.push_back({p, p, std::move(*name), std::move(*role)});
   }
+  return Ok{};
+}
+
+// "threads": rows of [pid, tid, name].
+Result<void> parse_trace_threads(const json& j, TraceData& t) {
   auto threads = array_field(j, "threads", 3);
   if (!threads) return threads.error();
   for (const json& row : **threads) {
@@ -262,6 +268,11 @@ Result<TraceData> trace_from_json(const json& j) {
     t.threads.push_back(
         {static_cast<std::uint32_t>(*pid), static_cast<std::uint32_t>(*tid), std::move(*name), {}});
   }
+  return Ok{};
+}
+
+// "phases": rows of [t_ns, pid, tid, phase, cause].
+Result<void> parse_trace_phases(const json& j, TraceData& t) {
   auto phases = array_field(j, "phases", 5);
   if (!phases) return phases.error();
   for (const json& row : **phases) {
@@ -283,42 +294,59 @@ Result<TraceData> trace_from_json(const json& j) {
     p.cause = std::move(*cause);
     t.phases.push_back(std::move(p));
   }
+  return Ok{};
+}
+
+// One row of "decisions": [t_ns, pid, phase, priority, weight, tenant_weight,
+// latency_target_us, slice_ns, preferred_cpu, preempt].
+Result<TraceDecision> parse_trace_decision_row(const json& row) {
+  TraceDecision d;
+  auto ts = as_u64(row[0], "decision t_ns");
+  auto pid = as_u64(row[1], "decision pid", kU32);
+  auto ph = as_phase(row[2], "decision phase");
+  auto prio = as_i64(row[3], "decision priority", kI32Min, kI32Max);
+  auto w = as_u64(row[4], "decision weight", kU32);
+  auto tw = as_u64(row[5], "decision tenant_weight", kU32);
+  auto lat = as_u64(row[6], "decision latency_target_us", kU32);
+  auto slice = as_u64(row[7], "decision slice_ns");
+  auto cpu = as_i64(row[8], "decision preferred_cpu", -1, kI32Max);
+  if (!ts) return ts.error();
+  if (!pid) return pid.error();
+  if (!ph) return ph.error();
+  if (!prio) return prio.error();
+  if (!w) return w.error();
+  if (!tw) return tw.error();
+  if (!lat) return lat.error();
+  if (!slice) return slice.error();
+  if (!cpu) return cpu.error();
+  if (!row[9].is_boolean()) return bad_trace("decision preempt: not a boolean");
+  d.t_ns = *ts;
+  d.pid = static_cast<std::uint32_t>(*pid);
+  d.phase = *ph;
+  d.priority = static_cast<std::int32_t>(*prio);
+  d.weight = static_cast<std::uint32_t>(*w);
+  d.tenant_weight = static_cast<std::uint32_t>(*tw);
+  d.latency_target_us = static_cast<std::uint32_t>(*lat);
+  d.slice_ns = *slice;
+  d.preferred_cpu = static_cast<std::int32_t>(*cpu);
+  d.preempt = row[9].get<bool>();
+  return d;
+}
+
+Result<void> parse_trace_decisions(const json& j, TraceData& t) {
   auto decisions = array_field(j, "decisions", 10);
   if (!decisions) return decisions.error();
   for (const json& row : **decisions) {
-    TraceDecision d;
-    auto ts = as_u64(row[0], "decision t_ns");
-    auto pid = as_u64(row[1], "decision pid", kU32);
-    auto ph = as_phase(row[2], "decision phase");
-    auto prio = as_i64(row[3], "decision priority", kI32Min, kI32Max);
-    auto w = as_u64(row[4], "decision weight", kU32);
-    auto tw = as_u64(row[5], "decision tenant_weight", kU32);
-    auto lat = as_u64(row[6], "decision latency_target_us", kU32);
-    auto slice = as_u64(row[7], "decision slice_ns");
-    auto cpu = as_i64(row[8], "decision preferred_cpu", -1, kI32Max);
-    if (!ts) return ts.error();
-    if (!pid) return pid.error();
-    if (!ph) return ph.error();
-    if (!prio) return prio.error();
-    if (!w) return w.error();
-    if (!tw) return tw.error();
-    if (!lat) return lat.error();
-    if (!slice) return slice.error();
-    if (!cpu) return cpu.error();
-    if (!row[9].is_boolean()) return bad_trace("decision preempt: not a boolean");
-    d.t_ns = *ts;
-    d.pid = static_cast<std::uint32_t>(*pid);
-    d.phase = *ph;
-    d.priority = static_cast<std::int32_t>(*prio);
-    d.weight = static_cast<std::uint32_t>(*w);
-    d.tenant_weight = static_cast<std::uint32_t>(*tw);
-    d.latency_target_us = static_cast<std::uint32_t>(*lat);
-    d.slice_ns = *slice;
-    d.preferred_cpu = static_cast<std::int32_t>(*cpu);
-    d.preempt = row[9].get<bool>();
-    t.decisions.push_back(d);
+    auto d = parse_trace_decision_row(row);
+    if (!d) return d.error();
+    t.decisions.push_back(*d);
   }
-  const json& dropped = field("dropped");
+  return Ok{};
+}
+
+// "dropped": {"phases", "decisions", "threads"} counts.
+Result<void> parse_trace_dropped(const json& j, TraceData& t) {
+  const json& dropped = trace_member(j, "dropped");
   if (!dropped.is_object()) return bad_trace("\"dropped\": missing or not an object");
   for (auto [key, dst] : {std::pair<const char*, std::uint64_t*>{"phases", &t.dropped_phases},
                           {"decisions", &t.dropped_decisions},
@@ -328,6 +356,19 @@ Result<TraceData> trace_from_json(const json& j) {
     auto n = as_u64(*it, std::string("\"dropped\".") + key);
     if (!n) return n.error();
     *dst = *n;
+  }
+  return Ok{};
+}
+
+}  // namespace
+
+Result<TraceData> trace_from_json(const json& j) {
+  if (!j.is_object()) return bad_trace("not a JSON object");
+  if (j.value("version", 0) != 1) return bad_trace("unknown \"version\" (expected 1)");
+  TraceData t;
+  for (const auto parse : {parse_trace_header, parse_trace_processes, parse_trace_threads,
+                           parse_trace_phases, parse_trace_decisions, parse_trace_dropped}) {
+    if (auto r = parse(j, t); !r) return r.error();
   }
   return t;
 }
@@ -590,76 +631,81 @@ std::string tick_label(std::uint64_t ns, std::uint64_t step) {
   return fmt::format("{} ms", ns / 1'000'000);
 }
 
-}  // namespace
+// Where things go on the SVG: a row per thread under a time axis, then the legend.
+struct SvgTraceLayout {
+  static constexpr double kWidth = 1200;
+  static constexpr double kLabelW = 300;
+  static constexpr double kPlotX = kLabelW + 10;
+  static constexpr double kPlotW = kWidth - kPlotX - 20;
+  static constexpr double kRowH = 16;
+  static constexpr double kTop = 56;
 
-std::string trace_svg(const TraceData& t, TraceClock clock) {
-  constexpr double kWidth = 1200;
-  constexpr double kLabelW = 300;
-  constexpr double kPlotX = kLabelW + 10;
-  constexpr double kPlotW = kWidth - kPlotX - 20;
-  constexpr double kRowH = 16;
-  constexpr double kTop = 56;
-
-  const Names names(t);
-  const auto threads = all_threads(t);
-  const std::size_t rows = std::min(threads.size(), kSvgMaxRows);
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> row_of;
-  for (std::size_t i = 0; i < rows; ++i) row_of[threads[i]] = i;
-  const std::uint64_t span = std::max<std::uint64_t>(t.end_ns - t.start_ns, 1);
-  const auto x_of = [&](std::uint64_t ns) {
-    const std::uint64_t c = std::clamp(ns, t.start_ns, t.end_ns) - t.start_ns;
+  SvgTraceLayout(const TraceData& t,
+                 const std::vector<std::pair<std::uint32_t, std::uint32_t>>& threads)
+      : start_ns(t.start_ns),
+        end_ns(t.end_ns),
+        span(std::max<std::uint64_t>(t.end_ns - t.start_ns, 1)),
+        rows(std::min(threads.size(), kSvgMaxRows)),
+        legend_y(kTop + static_cast<double>(rows) * kRowH + 24) {
+    for (std::size_t i = 0; i < rows; ++i) row_of[threads[i]] = i;
+  }
+  [[nodiscard]] double x_of(std::uint64_t ns) const {
+    const std::uint64_t c = std::clamp(ns, start_ns, end_ns) - start_ns;
     return kPlotX + kPlotW * static_cast<double>(c) / static_cast<double>(span);
-  };
-  const double legend_y = kTop + static_cast<double>(rows) * kRowH + 24;
-  const double height = legend_y + 48;
-
-  std::string o;
-  o += fmt::format(
-      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
-      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"11\">\n"
-      "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n",
-      kWidth, height);
-  std::string when;
-  if (clock == TraceClock::realtime) {
-    const std::int64_t real_s =
-        (static_cast<std::int64_t>(t.start_ns) + t.realtime_offset_ns) / 1'000'000'000;
-    const auto tt = static_cast<std::time_t>(real_s);
-    std::tm tm{};
-    if (::gmtime_r(&tt, &tm) != nullptr) {
-      when = fmt::format(", from {:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", tm.tm_year + 1900,
-                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
-    }
-  } else {
-    when = fmt::format(", from CLOCK_MONOTONIC {:.3f} s", static_cast<double>(t.start_ns) / 1e9);
   }
-  o += fmt::format(
-      "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">zernel-scheduler trace: "
-      "{:.1f} s{}, backend {}, {} thread{}</text>\n",
-      static_cast<double>(span) / 1e9, xml_escape(when), xml_escape(t.backend), threads.size(),
-      threads.size() == 1 ? "" : "s");
+  [[nodiscard]] static double row_y(std::size_t row) {
+    return kTop + static_cast<double>(row) * kRowH;
+  }
 
-  // Row backgrounds, then the time axis with its grid lines over them.
-  for (std::size_t i = 0; i < rows; i += 2) {
+  std::uint64_t start_ns;
+  std::uint64_t end_ns;
+  std::uint64_t span;
+  std::size_t rows;
+  double legend_y;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> row_of;
+};
+
+// ", from <UTC date>" or ", from CLOCK_MONOTONIC <s>": when the trace starts.
+std::string svg_trace_start_label(const TraceData& t, TraceClock clock) {
+  if (clock != TraceClock::realtime) {
+    return fmt::format(", from CLOCK_MONOTONIC {:.3f} s", static_cast<double>(t.start_ns) / 1e9);
+  }
+  const std::int64_t real_s =
+      (static_cast<std::int64_t>(t.start_ns) + t.realtime_offset_ns) / 1'000'000'000;
+  const auto tt = static_cast<std::time_t>(real_s);
+  std::tm tm{};
+  if (::gmtime_r(&tt, &tm) == nullptr) return {};
+  return fmt::format(", from {:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+// Row backgrounds, then the time axis with its grid lines over them.
+void svg_trace_axis(std::string& o, const SvgTraceLayout& l) {
+  using L = SvgTraceLayout;
+  for (std::size_t i = 0; i < l.rows; i += 2) {
     o += fmt::format("<rect x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#f4f4f4\"/>\n",
-                     kTop + static_cast<double>(i) * kRowH, kWidth, kRowH);
+                     L::row_y(i), L::kWidth, L::kRowH);
   }
-  const std::uint64_t step = tick_step(span);
-  const double axis_y = kTop - 8;
-  o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", kPlotX,
-                   axis_y, kPlotX + kPlotW, axis_y);
-  for (std::uint64_t at = 0; at <= span; at += step) {
-    const double x = x_of(t.start_ns + at);
+  const std::uint64_t step = tick_step(l.span);
+  const double axis_y = L::kTop - 8;
+  o += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n", L::kPlotX,
+                   axis_y, L::kPlotX + L::kPlotW, axis_y);
+  for (std::uint64_t at = 0; at <= l.span; at += step) {
+    const double x = l.x_of(l.start_ns + at);
     o += fmt::format(
         "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#ddd\"/>\n"
         "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
-        x, axis_y, kTop + static_cast<double>(rows) * kRowH, axis_y - 4, tick_label(at, step));
+        x, axis_y, L::row_y(l.rows), axis_y - 4, tick_label(at, step));
   }
+}
 
-  // Row labels: "comm pid" on a process's main thread, "  name tid" on its other threads.
-  for (std::size_t i = 0; i < rows; ++i) {
+// Row labels: "comm pid" on a process's main thread, "  name tid" on its other threads.
+void svg_trace_row_labels(std::string& o, const SvgTraceLayout& l, const Names& names,
+                          const std::vector<std::pair<std::uint32_t, std::uint32_t>>& threads) {
+  using L = SvgTraceLayout;
+  for (std::size_t i = 0; i < l.rows; ++i) {
     const auto [pid, tid] = threads[i];
-    const double y = kTop + static_cast<double>(i) * kRowH;
+    const double y = L::row_y(i);
     std::string label;
     if (tid == pid) {
       const std::string role = names.role(pid);
@@ -667,64 +713,97 @@ std::string trace_svg(const TraceData& t, TraceClock clock) {
     } else {
       label = fmt::format("\u00a0\u00a0{} [{}]", names.thread(pid, tid), tid);
     }
-    o += fmt::format("<text x=\"8\" y=\"{:.1f}\"{}>{}</text>\n", y + kRowH - 4,
+    o += fmt::format("<text x=\"8\" y=\"{:.1f}\"{}>{}</text>\n", y + L::kRowH - 4,
                      tid == pid ? " font-weight=\"bold\"" : "", xml_escape(label));
   }
+}
 
-  // Phase spans, each with a tooltip.
+// Phase spans, each with a tooltip; decisions as a dark mark at the top of the process's
+// main-thread row.
+void svg_trace_marks(std::string& o, const SvgTraceLayout& l, const TraceData& t) {
+  using L = SvgTraceLayout;
   for (const PhaseSpan& s : phase_spans(t)) {
-    auto it = row_of.find({s.pid, s.tid});
-    if (it == row_of.end()) continue;
-    const double x0 = x_of(s.start_ns);
-    const double w = std::max(x_of(s.end_ns) - x0, 0.5);
-    const double y = kTop + static_cast<double>(it->second) * kRowH + 2;
+    auto it = l.row_of.find({s.pid, s.tid});
+    if (it == l.row_of.end()) continue;
+    const double x0 = l.x_of(s.start_ns);
+    const double w = std::max(l.x_of(s.end_ns) - x0, 0.5);
+    const double y = L::row_y(it->second) + 2;
     o += fmt::format(
         "<rect x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\">"
         "<title>{} {:.1f} ms at +{:.1f} ms ({})</title></rect>\n",
-        x0, y, w, kRowH - 4, fill_of(s.phase), policy::phase_name(s.phase),
+        x0, y, w, L::kRowH - 4, fill_of(s.phase), policy::phase_name(s.phase),
         static_cast<double>(s.end_ns - s.start_ns) / 1e6,
         static_cast<double>(s.start_ns - t.start_ns) / 1e6, xml_escape(s.cause));
   }
-  // Decisions: a dark mark at the top of the process's main-thread row.
   for (const TraceDecision& d : t.decisions) {
-    auto it = row_of.find({d.pid, d.pid});
-    if (it == row_of.end()) continue;
-    const double x = x_of(d.t_ns);
-    const double y = kTop + static_cast<double>(it->second) * kRowH;
+    auto it = l.row_of.find({d.pid, d.pid});
+    if (it == l.row_of.end()) continue;
+    const double x = l.x_of(d.t_ns);
+    const double y = L::row_y(it->second);
     o += fmt::format(
         "<path d=\"M{0:.2f} {1} l-3 -0 l3 5 l3 -5 z\" fill=\"#222\"><title>decision at +{2:.1f} "
         "ms: {3}, priority {4}, weight {5}, slice {6:.1f} ms</title></path>\n",
         x, y, static_cast<double>(std::max(d.t_ns, t.start_ns) - t.start_ns) / 1e6,
         policy::phase_name(d.phase), d.priority, d.weight, static_cast<double>(d.slice_ns) / 1e6);
   }
+}
 
-  // Legend and notes.
-  double lx = kPlotX;
+// The legend, and a note of what is not drawn (rows over the cap, dropped records, nothing).
+void svg_trace_legend(std::string& o, const SvgTraceLayout& l, const TraceData& t,
+                      std::size_t thread_count) {
+  using L = SvgTraceLayout;
+  double lx = L::kPlotX;
   for (const PhaseStyle& s : kStyles) {
     o += fmt::format(
         "<rect x=\"{0}\" y=\"{1}\" width=\"12\" height=\"12\" fill=\"{2}\"/>"
         "<text x=\"{3}\" y=\"{4}\">{5}</text>\n",
-        lx, legend_y, s.fill, lx + 16, legend_y + 10, policy::phase_name(s.phase));
+        lx, l.legend_y, s.fill, lx + 16, l.legend_y + 10, policy::phase_name(s.phase));
     lx += 130;
   }
   o += fmt::format(
       "<path d=\"M{0} {1} l-3 0 l3 5 l3 -5 z\" fill=\"#222\"/><text x=\"{2}\" y=\"{3}\">"
       "decision changed</text>\n<text x=\"{4}\" y=\"{3}\" fill=\"#555\">gap: Unknown or no "
       "phase</text>\n",
-      lx + 3, legend_y + 3, lx + 12, legend_y + 10, lx + 130);
+      lx + 3, l.legend_y + 3, lx + 12, l.legend_y + 10, lx + 130);
   std::string note;
-  if (threads.size() > rows)
-    note += fmt::format("{} more threads not drawn; ", threads.size() - rows);
+  if (thread_count > l.rows)
+    note += fmt::format("{} more threads not drawn; ", thread_count - l.rows);
   if (t.dropped_phases + t.dropped_decisions + t.dropped_threads > 0) {
     note += fmt::format("dropped (buffer full): {} phase changes, {} decisions, {} threads; ",
                         t.dropped_phases, t.dropped_decisions, t.dropped_threads);
   }
-  if (threads.empty()) note += "no tracked process changed phase or decision; ";
+  if (thread_count == 0) note += "no tracked process changed phase or decision; ";
   if (!note.empty()) {
     note.resize(note.size() - 2);
-    o += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#a00\">{}</text>\n", kPlotX, legend_y + 32,
-                     xml_escape(note));
+    o += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"#a00\">{}</text>\n", L::kPlotX,
+                     l.legend_y + 32, xml_escape(note));
   }
+}
+
+}  // namespace
+
+std::string trace_svg(const TraceData& t, TraceClock clock) {
+  const Names names(t);
+  const auto threads = all_threads(t);
+  const SvgTraceLayout layout(t, threads);
+  const double height = layout.legend_y + 48;
+
+  std::string o;
+  o += fmt::format(
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" "
+      "viewBox=\"0 0 {0} {1}\" font-family=\"sans-serif\" font-size=\"11\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n",
+      SvgTraceLayout::kWidth, height);
+  o += fmt::format(
+      "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">zernel-scheduler trace: "
+      "{:.1f} s{}, backend {}, {} thread{}</text>\n",
+      static_cast<double>(layout.span) / 1e9, xml_escape(svg_trace_start_label(t, clock)),
+      xml_escape(t.backend), threads.size(), threads.size() == 1 ? "" : "s");
+  svg_trace_axis(o, layout);
+  svg_trace_row_labels(o, layout, names, threads);
+  svg_trace_marks(o, layout, t);
+  svg_trace_legend(o, layout, t, threads.size());
   o += "</svg>\n";
   return o;
 }

@@ -113,16 +113,10 @@ static long read_hotplug_seq(void)
 		}                                                                              \
 	} while (0)
 
-int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx **out, char *err,
-		    size_t errlen)
+/* compat.h loads the BTF lazily and exits on failure: load it here first, and check that the
+ * kernel's sched_ext is one we can run on. */
+static int check_kernel_sched_ext(char *err, size_t errlen)
 {
-	struct zernel_bpf__zernel_ops__sched_ext_ops *ops;
-	struct zernel_scx *s;
-	__u32 nr_cpus, nr_nodes, cpu;
-	long seq;
-
-	*out = NULL;
-	/* compat.h loads the BTF lazily and exits on failure: load it here first. */
 	if (!__COMPAT_vmlinux_btf) {
 		__COMPAT_vmlinux_btf = btf__load_vmlinux_btf();
 		if (!__COMPAT_vmlinux_btf)
@@ -134,26 +128,13 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 		return fail(err, errlen, -EOPNOTSUPP,
 			    "the kernel's sched_ext is too old (sched_ext_ops has no dump(); "
 			    "6.12 or later is needed)");
+	return 0;
+}
 
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return fail(err, errlen, -ENOMEM, "out of memory");
-	s->log = opts->log;
-	s->skel = zernel_bpf__open();
-	if (!s->skel) {
-		int ret = -errno;
-
-		free(s);
-		return fail(err, errlen, ret, "opening the BPF skeleton: %s", strerror(-ret));
-	}
-	ops = s->skel->struct_ops.zernel_ops;
-
-	seq = read_hotplug_seq();
-	if (seq >= 0)
-		ops->hotplug_seq = (__u64)seq;
-	/* SCX_* enum values of the running kernel into rodata (0 for those it lacks). */
-	SCX_ENUM_INIT(s->skel);
-
+/* Drops the ops the running kernel lacks and records in s->caps which optional ones remain. */
+static void drop_missing_ops_set_caps(struct zernel_scx *s,
+				      struct zernel_bpf__zernel_ops__sched_ext_ops *ops)
+{
 	ZERNEL_DROP_MISSING_OP(s, ops, select_cpu);
 	ZERNEL_DROP_MISSING_OP(s, ops, enqueue);
 	ZERNEL_DROP_MISSING_OP(s, ops, dispatch);
@@ -181,18 +162,12 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 		s->caps |= ZERNEL_SCX_CAP_BANDWIDTH;
 	if (ops->cpu_release)
 		s->caps |= ZERNEL_SCX_CAP_CPU_RELEASE;
+}
 
-	if (opts->switch_partial) {
-		__u64 flag = SCX_OPS_SWITCH_PARTIAL;
-
-		if (!flag) {
-			zernel_scx_destroy(s);
-			return fail(err, errlen, -EOPNOTSUPP,
-				    "the kernel has no SCX_OPS_SWITCH_PARTIAL");
-		}
-		ops->flags |= flag;
-		s->skel->rodata->switch_partial = 1;
-	}
+/* CPUs, NUMA nodes and each CPU's node into rodata, clamped to the contract's limits. */
+static void set_topology_rodata(struct zernel_scx *s, const struct zernel_scx_open_opts *opts)
+{
+	__u32 nr_cpus, nr_nodes, cpu;
 
 	nr_cpus = opts->nr_cpus ? opts->nr_cpus : 1;
 	if (nr_cpus > ZERNEL_MAX_CPUS) {
@@ -210,35 +185,87 @@ int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx *
 
 		s->skel->rodata->cpu_node[cpu] = node < nr_nodes ? node : 0;
 	}
+}
+
+/* The load-time knobs of opts (switch_partial, starvation, map size, tick, the shared phase
+ * map) into the opened skeleton. Returns 0 or a negative errno with err filled. */
+static int apply_scx_open_opts(struct zernel_scx *s, const struct zernel_scx_open_opts *opts,
+			       char *err, size_t errlen)
+{
+	int ret;
+
+	if (opts->switch_partial) {
+		__u64 flag = SCX_OPS_SWITCH_PARTIAL;
+
+		if (!flag)
+			return fail(err, errlen, -EOPNOTSUPP,
+				    "the kernel has no SCX_OPS_SWITCH_PARTIAL");
+		s->skel->struct_ops.zernel_ops->flags |= flag;
+		s->skel->rodata->switch_partial = 1;
+	}
+	set_topology_rodata(s, opts);
 	if (opts->starve_ns)
 		s->skel->rodata->starve_ns = opts->starve_ns;
 	/* Sized from max_tracked_tasks; entries are allocated as they are written (no prealloc). */
 	if (opts->max_tasks) {
-		int ret = bpf_map__set_max_entries(s->skel->maps.zernel_decisions, opts->max_tasks);
-
-		if (ret) {
-			zernel_scx_destroy(s);
+		ret = bpf_map__set_max_entries(s->skel->maps.zernel_decisions, opts->max_tasks);
+		if (ret)
 			return fail(err, errlen, ret, "sizing the decision map to %u entries: %s",
 				    opts->max_tasks, strerror(-ret));
-		}
 	}
 	if (opts->tick_ns)
 		s->skel->rodata->tick_ns = opts->tick_ns;
 	s->skel->rodata->inject_error_after_ns = opts->inject_error_after_ns;
 	/* Phases of threads: the probes' own map, so both objects see one phase per thread. */
 	if (opts->phase_map_fd >= 0 && opts->phase_policy) {
-		int ret = bpf_map__reuse_fd(s->skel->maps.zernel_phase_threads, opts->phase_map_fd);
-
-		if (ret) {
-			zernel_scx_destroy(s);
+		ret = bpf_map__reuse_fd(s->skel->maps.zernel_phase_threads, opts->phase_map_fd);
+		if (ret)
 			return fail(err, errlen, ret, "sharing the probes' phase map: %s",
 				    strerror(-ret));
-		}
 		for (unsigned int i = 0; i <= ZERNEL_PHASE_NR; i++)
 			s->skel->rodata->zernel_phase_policy[i] = opts->phase_policy[i];
 		s->skel->rodata->zernel_follow_phases = 1;
 	}
+	return 0;
+}
 
+int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx **out, char *err,
+		    size_t errlen)
+{
+	struct zernel_bpf__zernel_ops__sched_ext_ops *ops;
+	struct zernel_scx *s;
+	long seq;
+	int ret;
+
+	*out = NULL;
+	ret = check_kernel_sched_ext(err, errlen);
+	if (ret)
+		return ret;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(err, errlen, -ENOMEM, "out of memory");
+	s->log = opts->log;
+	s->skel = zernel_bpf__open();
+	if (!s->skel) {
+		ret = -errno;
+		free(s);
+		return fail(err, errlen, ret, "opening the BPF skeleton: %s", strerror(-ret));
+	}
+	ops = s->skel->struct_ops.zernel_ops;
+
+	seq = read_hotplug_seq();
+	if (seq >= 0)
+		ops->hotplug_seq = (__u64)seq;
+	/* SCX_* enum values of the running kernel into rodata (0 for those it lacks). */
+	SCX_ENUM_INIT(s->skel);
+	drop_missing_ops_set_caps(s, ops);
+
+	ret = apply_scx_open_opts(s, opts, err, errlen);
+	if (ret) {
+		zernel_scx_destroy(s);
+		return ret;
+	}
 	*out = s;
 	return 0;
 }

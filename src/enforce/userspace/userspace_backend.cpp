@@ -61,6 +61,28 @@ std::vector<std::vector<std::uint32_t>> read_nodes(const std::string& sys_root,
   return out;
 }
 
+// The tenant of a process: its own when it is tracked, else its nearest tracked ancestor's
+// when that one has a tenant (up to kMaxAncestry generations, read from <proc_root>/PID/stat).
+TenantOfPid tenant_of_tracked_or_ancestor(
+    const std::string& proc_root,
+    const std::unordered_map<std::uint32_t, std::uint16_t>& tenant_of_tracked) {
+  return [&proc_root, &tenant_of_tracked](std::uint32_t pid) -> std::optional<std::uint16_t> {
+    std::uint32_t cur = pid;
+    for (int i = 0; i < kMaxAncestry; ++i) {
+      if (auto it = tenant_of_tracked.find(cur); it != tenant_of_tracked.end()) {
+        // The process itself is tracked: its own tenant. An untracked one takes its nearest
+        // tracked ancestor's only when that one has a tenant.
+        if (cur == pid || it->second != policy::kNoTenant) return it->second;
+        return std::nullopt;
+      }
+      auto st = sys::read_stat(proc_root, cur);
+      if (!st || st->ppid <= 1 || st->ppid == cur) return std::nullopt;
+      cur = st->ppid;
+    }
+    return std::nullopt;
+  };
+}
+
 }  // namespace
 
 UserspaceBackend::UserspaceBackend(UserspaceOptions opts) : opts_(std::move(opts)) {}
@@ -190,30 +212,25 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
   std::unordered_map<std::uint32_t, std::uint16_t> tenant_of_tracked;
   tenant_of_tracked.reserve(decisions.size());
   for (const policy::Decision& d : decisions) tenant_of_tracked[d.pid] = d.tenant;
-  const auto self = static_cast<std::uint32_t>(::getpid());
-  const TenantOfPid tenant_of = [&](std::uint32_t pid) -> std::optional<std::uint16_t> {
-    std::uint32_t cur = pid;
-    for (int i = 0; i < kMaxAncestry; ++i) {
-      if (auto it = tenant_of_tracked.find(cur); it != tenant_of_tracked.end()) {
-        // The process itself is tracked: its own tenant. An untracked one takes its nearest
-        // tracked ancestor's only when that one has a tenant.
-        if (cur == pid || it->second != policy::kNoTenant) return it->second;
-        return std::nullopt;
-      }
-      auto st = sys::read_stat(opts_.proc_root, cur);
-      if (!st || st->ppid <= 1 || st->ppid == cur) return std::nullopt;
-      cur = st->ppid;
-    }
-    return std::nullopt;
-  };
+  const GroupVerdicts verdicts = judge_tenant_groups(decisions, tenant_of_tracked);
+  for (const policy::Decision& d : decisions) {
+    auto it = procs_.find(d.pid);
+    if (it == procs_.end()) continue;
+    assign_tenant_share(d, it->second, verdicts, dirty);
+  }
+  // Groups no longer carrying a tenant (its processes left, exited or were unassigned, or the
+  // group is shared now) go back to their original at once: see write_groups.
+  for (auto& [dir, g] : groups_) {
+    if (!g.wanted) dirty = true;
+  }
+}
 
-  // Each tenant process's group, and whether that group can carry its tenant (one verdict per
-  // group and tenant per tick).
-  struct Verdict {
-    std::optional<std::string> why_not;
-    std::string dir;
-  };
-  std::map<std::pair<std::string, std::uint16_t>, Verdict> verdicts;
+UserspaceBackend::GroupVerdicts UserspaceBackend::judge_tenant_groups(
+    std::span<const policy::Decision> decisions,
+    const std::unordered_map<std::uint32_t, std::uint16_t>& tenant_of_tracked) {
+  const auto self = static_cast<std::uint32_t>(::getpid());
+  const TenantOfPid tenant_of = tenant_of_tracked_or_ancestor(opts_.proc_root, tenant_of_tracked);
+  GroupVerdicts verdicts;
   for (const policy::Decision& d : decisions) {
     auto it = procs_.find(d.pid);
     if (it == procs_.end()) continue;
@@ -226,7 +243,7 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
     if (!p.cgroup) continue;
     const auto key = std::make_pair(*p.cgroup, d.tenant);
     if (verdicts.contains(key)) continue;
-    Verdict v;
+    GroupVerdict v;
     v.dir = sys::cgroup_dir(*layout_, *p.cgroup).value_or("");
     v.why_not = why_group_cannot_carry(*layout_, *p.cgroup, d.tenant, tenant_of, self);
     if (!v.why_not) {
@@ -241,63 +258,63 @@ void UserspaceBackend::plan_tenant_shares(std::span<const policy::Decision> deci
     // Two tenants in one group: neither can have it (both see the other's process as shared).
     verdicts.emplace(key, std::move(v));
   }
+  return verdicts;
+}
 
-  for (const policy::Decision& d : decisions) {
-    auto it = procs_.find(d.pid);
-    if (it == procs_.end()) continue;
-    ProcState& p = it->second;
-    TenantShare share = TenantShare::none;
-    std::string text;
-    if (d.tenant != policy::kNoTenant) {
-      const Verdict* v = nullptr;
-      if (p.cgroup) {
-        if (auto vi = verdicts.find({*p.cgroup, d.tenant}); vi != verdicts.end()) v = &vi->second;
-      }
-      if (v != nullptr && !v->why_not) {
-        const std::uint64_t value = sys::cgroup_cpu_value(layout_->version, d.tenant_weight);
-        auto [gi, added] = groups_.try_emplace(v->dir);
-        GroupState& g = gi->second;
-        const auto inode = sys::cgroup_inode(v->dir);
-        if (!added && inode && *inode != g.inode) {
-          g = GroupState{};  // removed and made again: another group
-          added = true;
-        }
-        if (added) {
-          g.path = *p.cgroup;
-          g.inode = inode.value_or(0);
-          g.original = sys::read_cgroup_cpu_value(layout_->version, v->dir).value_or(value);
-          dirty = true;
-        }
-        g.wanted = true;
-        g.want = value;
-        if (g.journaled != g.values()) dirty = true;
-        share = TenantShare::cgroup;
-        text = fmt::format("{} {} on its cgroup {}", sys::cgroup_cpu_file(layout_->version), value,
-                           *p.cgroup);
-      } else {
-        share = TenantShare::nice;
-        const std::string why = v != nullptr ? *v->why_not
-                                : p.cgroup  ? "no verdict"
-                                : layout_   ? "its cgroup cannot be read"
-                                            : cgroup_error_;
-        text = fmt::format("nice shift {:+d} on its threads: {}",
-                           -tenant_priority_shift(d.tenant_weight), why);
-      }
-    }
-    if (share != p.share || (share == TenantShare::cgroup && text != p.share_text)) {
-      if (share != TenantShare::none || p.share != TenantShare::none) {
-        spdlog::info("userspace backend: pid {} (tenant weight {}): {}", d.pid, d.tenant_weight,
-                     share == TenantShare::none ? std::string("no tenant any more") : text);
-      }
-    }
-    p.share = share;
-    p.share_text = std::move(text);
+std::string UserspaceBackend::carry_tenant_on_group(const policy::Decision& d,
+                                                    const std::string& cgroup,
+                                                    const std::string& dir, bool& dirty) {
+  const std::uint64_t value = sys::cgroup_cpu_value(layout_->version, d.tenant_weight);
+  auto [gi, added] = groups_.try_emplace(dir);
+  GroupState& g = gi->second;
+  const auto inode = sys::cgroup_inode(dir);
+  if (!added && inode && *inode != g.inode) {
+    g = GroupState{};  // removed and made again: another group
+    added = true;
   }
-  // Groups no longer carrying a tenant (its processes left, exited or were unassigned, or the
-  // group is shared now) go back to their original at once: see write_groups.
-  for (auto& [dir, g] : groups_) {
-    if (!g.wanted) dirty = true;
+  if (added) {
+    g.path = cgroup;
+    g.inode = inode.value_or(0);
+    g.original = sys::read_cgroup_cpu_value(layout_->version, dir).value_or(value);
+    dirty = true;
   }
+  g.wanted = true;
+  g.want = value;
+  if (g.journaled != g.values()) dirty = true;
+  return fmt::format("{} {} on its cgroup {}", sys::cgroup_cpu_file(layout_->version), value,
+                     cgroup);
+}
+
+void UserspaceBackend::assign_tenant_share(const policy::Decision& d, ProcState& p,
+                                           const GroupVerdicts& verdicts, bool& dirty) {
+  TenantShare share = TenantShare::none;
+  std::string text;
+  if (d.tenant != policy::kNoTenant) {
+    const GroupVerdict* v = nullptr;
+    if (p.cgroup) {
+      if (auto vi = verdicts.find({*p.cgroup, d.tenant}); vi != verdicts.end()) v = &vi->second;
+    }
+    if (v != nullptr && !v->why_not) {
+      share = TenantShare::cgroup;
+      text = carry_tenant_on_group(d, *p.cgroup, v->dir, dirty);
+    } else {
+      share = TenantShare::nice;
+      const std::string why = v != nullptr ? *v->why_not
+                              : p.cgroup   ? "no verdict"
+                              : layout_    ? "its cgroup cannot be read"
+                                           : cgroup_error_;
+      text = fmt::format("nice shift {:+d} on its threads: {}",
+                         -tenant_priority_shift(d.tenant_weight), why);
+    }
+  }
+  if (share != p.share || (share == TenantShare::cgroup && text != p.share_text)) {
+    if (share != TenantShare::none || p.share != TenantShare::none) {
+      spdlog::info("userspace backend: pid {} (tenant weight {}): {}", d.pid, d.tenant_weight,
+                   share == TenantShare::none ? std::string("no tenant any more") : text);
+    }
+  }
+  p.share = share;
+  p.share_text = std::move(text);
 }
 
 std::vector<std::uint64_t> UserspaceBackend::GroupState::values() const {

@@ -51,6 +51,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -168,6 +169,24 @@ class UserspaceBackend final : public Backend {
   Result<void> recover();
   void scan_threads(std::uint32_t pid, ProcState& p, const ProcState* parent, bool& dirty);
   void plan_tenant_shares(std::span<const policy::Decision> decisions, bool& dirty);
+  // Whether a tenant process's cgroup can carry its tenant's weight: by (cgroup path, tenant),
+  // the group's directory and, when it cannot, why not.
+  struct GroupVerdict {
+    std::optional<std::string> why_not;
+    std::string dir;
+  };
+  using GroupVerdicts = std::map<std::pair<std::string, std::uint16_t>, GroupVerdict>;
+  // Reads each tenant process's cgroup into its ProcState and judges each (group, tenant) once.
+  GroupVerdicts judge_tenant_groups(
+      std::span<const policy::Decision> decisions,
+      const std::unordered_map<std::uint32_t, std::uint16_t>& tenant_of_tracked);
+  // The group at `dir` carries d's tenant weight this tick (taken on, or taken on again when
+  // made again since); returns the share's description.
+  std::string carry_tenant_on_group(const policy::Decision& d, const std::string& cgroup,
+                                    const std::string& dir, bool& dirty);
+  // p.share and p.share_text for this tick, logged when they change.
+  void assign_tenant_share(const policy::Decision& d, ProcState& p, const GroupVerdicts& verdicts,
+                           bool& dirty);
   void write_groups();
   bool restore_group(const std::string& dir, const GroupState& g);
   void enforce(std::uint32_t pid, ProcState& p);
