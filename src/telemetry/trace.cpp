@@ -364,7 +364,11 @@ Result<void> parse_trace_dropped(const json& j, TraceData& t) {
 
 Result<TraceData> trace_from_json(const json& j) {
   if (!j.is_object()) return bad_trace("not a JSON object");
-  if (j.value("version", 0) != 1) return bad_trace("unknown \"version\" (expected 1)");
+  // j.value() would throw on a "version" that is not a number (a forged reply): test the type.
+  const auto version = j.find("version");
+  if (version == j.end() || !version->is_number_integer() || *version != 1) {
+    return bad_trace("unknown \"version\" (expected 1)");
+  }
   TraceData t;
   for (const auto parse : {parse_trace_header, parse_trace_processes, parse_trace_threads,
                            parse_trace_phases, parse_trace_decisions, parse_trace_dropped}) {

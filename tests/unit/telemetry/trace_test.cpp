@@ -113,6 +113,9 @@ TEST(TraceWire, round_trips_and_rejects_malformed_replies) {
   EXPECT_NE(broken([](json& j) { j["dropped"].erase("phases"); }).find("dropped"),
             std::string::npos);
   EXPECT_NE(broken([](json& j) { j["version"] = 2; }).find("version"), std::string::npos);
+  // Not a number: an error, not json's type_error out of trace_from_json (`trace` crashed).
+  EXPECT_NE(broken([](json& j) { j["version"] = "x"; }).find("version"), std::string::npos);
+  EXPECT_NE(broken([](json& j) { j["version"] = 1.5; }).find("version"), std::string::npos);
   EXPECT_FALSE(trace_from_json(json::array()).ok());
 }
 
