@@ -86,7 +86,14 @@ if fallback_daemon /tmp/d3.log; then
   echo "$st" | head -1 | grep -q '^backend userspace,' || bad "status does not name userspace: $st"
   echo "$st" | grep -q 'sched_ext ended 3 times within 600 s, last by ERROR_BPF.*injected error' ||
     bad "status does not say why: $st"
-  m=$(wget -q -O - http://127.0.0.1:19097/metrics)
+  # /metrics is the snapshot published every push_interval_ms (1 s), `status` the live state:
+  # wait up to 3 s for a snapshot taken after the fallback.
+  n=0
+  while m=$(wget -q -O - http://127.0.0.1:19097/metrics) &&
+    ! echo "$m" | grep -qF 'backend_info{backend="userspace"} 1' && [ $n -lt 30 ]; do
+    usleep 100000
+    n=$((n + 1))
+  done
   for want in 'zernel_scheduler_backend_info{backend="userspace"} 1' \
     'zernel_scheduler_backend_state{requested="sched_ext",state="fallback"} 1' \
     'zernel_scheduler_backend_ejections_total{kind="ERROR_BPF"} 3'; do
