@@ -240,6 +240,24 @@ struct {
 	__uint(max_entries, ZERNEL_PHASE_RING_BYTES);
 } zernel_phase_events SEC(".maps");
 
+/*
+ * LOST CHANGES. A change the ring buffer has no room for (user space fell behind: a stopped or
+ * starved daemon, a burst of changes) is kept here as its thread's last one, replacing an older
+ * kept one, and zernel_phase_unsent_pending is set; user space takes the entries at its next
+ * drain, so its view of each thread is the thread's real phase again, from the time of the
+ * change (the changes in between are lost; the scheduler reads the phases from task storage and
+ * never depended on the ring). A later change of the thread that goes through the ring deletes
+ * the kept one (the thread's `unsent` byte says there is one, so no lookup otherwise).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, ZERNEL_PHASE_UNSENT_MAX);
+	__type(key, __u32);
+	__type(value, struct zernel_phase_event);
+} zernel_phase_unsent SEC(".maps");
+
+__u32 zernel_phase_unsent_pending;
+
 /* task_struct states (include/linux/sched.h; vmlinux.h has no macros). */
 #define ZERNEL_TASK_INTERRUPTIBLE 0x1
 #define ZERNEL_TASK_UNINTERRUPTIBLE 0x2
@@ -260,10 +278,22 @@ static __always_inline void phase_set(struct zernel_phase_thread *st, struct tas
 	ev.tgid = st->tgid;
 	ev.phase = phase;
 	ev.cause = cause;
-	if (bpf_ringbuf_output(&zernel_phase_events, &ev, sizeof(ev), 0))
+	if (bpf_ringbuf_output(&zernel_phase_events, &ev, sizeof(ev), 0)) {
+		/* No room: the change waits for user space as the thread's last one. */
 		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT_LOST);
-	else
-		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT);
+		if (bpf_map_update_elem(&zernel_phase_unsent, &ev.tid, &ev, BPF_ANY)) {
+			stat_inc(ZERNEL_PROBE_STAT_PHASE_UNSENT_FAILED);
+			return;
+		}
+		st->unsent = 1;
+		zernel_phase_unsent_pending = 1; /* after the entry: user space clears it first */
+		return;
+	}
+	stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT);
+	if (st->unsent) { /* a later change went through: the kept one is stale */
+		st->unsent = 0;
+		bpf_map_delete_elem(&zernel_phase_unsent, &ev.tid);
+	}
 }
 
 /* `*now`, read from the clock the first time it is needed. */

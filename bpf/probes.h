@@ -107,7 +107,9 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_FUTEX_UNTRACKED,   /* futex waits of untracked processes (looked up, not
 					       counted) */
 	ZERNEL_PROBE_STAT_PHASE_EVENT,	     /* phase changes sent to zernel_phase_events */
-	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST,  /* phase changes not sent: the ring buffer was full */
+	ZERNEL_PROBE_STAT_PHASE_EVENT_LOST,  /* phase changes not sent: the ring buffer was full
+					       (each kept in zernel_phase_unsent as its thread's
+					       last change, for user space to take) */
 	ZERNEL_PROBE_STAT_PHASE_NO_STORAGE,  /* threads of a phase-tracked process given no state
 					       (task storage allocation failed) */
 	ZERNEL_PROBE_STAT_NCCL_CHECK,	     /* futex waits of rank threads checked for an nccl-*
@@ -117,6 +119,9 @@ enum zernel_probe_stat {
 					       bpf_find_vma failed for another reason than "no
 					       mapping there" (mmap_lock contended: -EBUSY); such a
 					       wait is not seen as NCCL's */
+	ZERNEL_PROBE_STAT_PHASE_UNSENT_FAILED, /* lost changes not kept either (the update of
+					       zernel_phase_unsent failed): that thread's phase is
+					       stale in user space until its next change */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -147,7 +152,7 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 15,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 16,
 			    "update the loader's stat names with the enum");
 
 /*
@@ -163,6 +168,11 @@ ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 15,
  *                         for the threads of a process with a role, so role is never 0)
  *   zernel_phase_events   RINGBUF       struct zernel_phase_event records (BPF writes, user
  *                         space consumes)
+ *   zernel_phase_unsent   LRU_HASH      key __u32 tid -> struct zernel_phase_event: a thread's
+ *                         last change when the ring buffer had no room for it (BPF writes and
+ *                         deletes once a later change of the thread went through the ring; user
+ *                         space takes the entries, lookup-and-delete, when the .bss flag
+ *                         zernel_phase_unsent_pending is set, and clears the flag first)
  */
 
 /* The phase numbers: policy::Phase's (src/policy/phase.hpp), intf.h's enum zernel_phase. */
@@ -222,7 +232,9 @@ struct zernel_phase_thread {
 	__u8 nccl_wait;		/* 1 while in a futex wait on an NCCL segment */
 	__u8 data_wait;		/* 1 while asleep in the data wait that made it DataLoading */
 	__u8 driver;		/* 1 once the thread entered a GPU sync: a rank's driver thread */
-	__u8 pad[2];
+	__u8 unsent;		/* 1 while its last change is in zernel_phase_unsent (the ring
+				   buffer was full), not in the ring */
+	__u8 pad;
 };
 
 /* One phase change, as the ring buffer carries it. */
@@ -238,6 +250,8 @@ struct zernel_phase_event {
 enum zernel_phase_limits {
 	ZERNEL_PHASE_MAX_PROCS = 65536,		  /* processes with a role */
 	ZERNEL_PHASE_RING_BYTES = 4 * 1024 * 1024, /* 131,072 events (24 bytes + 8 of header) */
+	ZERNEL_PHASE_UNSENT_MAX = 16384,	  /* threads whose last change waits in
+						     zernel_phase_unsent */
 };
 
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");

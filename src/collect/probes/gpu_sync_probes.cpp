@@ -113,6 +113,8 @@ void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool 
   if (!o.phase_events) {
     (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events,
                                    static_cast<__u32>(sysconf(_SC_PAGESIZE)));
+  } else if (o.phase_ring_bytes != 0) {
+    (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events, o.phase_ring_bytes);
   }
   if (!uprobe_multi) {
     for (bpf_program* p : {skel.progs.zernel_sync_enter, skel.progs.zernel_sync_return}) {
@@ -372,7 +374,42 @@ std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
   impl_->drain_out = &out;
   (void)ring_buffer__consume(impl_->phase_ring);
   impl_->drain_out = nullptr;
+  if (impl_->skel->bss->zernel_phase_unsent_pending != 0) take_unsent_phase_events(out, before);
   return out.size() - before;
+}
+
+// The changes the ring buffer had no room for, each thread's last (probes.bpf.c, "LOST
+// CHANGES"): the flag is cleared before the map is read, so a change kept after this read sets
+// it again for the next drain. Each entry is taken with lookup-and-delete (a newer one the BPF
+// side writes meanwhile stays for the next drain). One that a change of the same thread drained
+// from the ring just now supersedes is dropped: the BPF side deletes such an entry once the
+// later change went through, but may not have yet.
+void GpuSyncProbes::take_unsent_phase_events(std::vector<PhaseEvent>& out,
+                                             std::size_t drained_from) {
+  __atomic_store_n(&impl_->skel->bss->zernel_phase_unsent_pending, 0U, __ATOMIC_SEQ_CST);
+  bpf_map* map = impl_->skel->maps.zernel_phase_unsent;
+  std::vector<PhaseEvent> kept;
+  __u32 key = 0;
+  __u32 next = 0;
+  const __u32* prev = nullptr;
+  std::vector<__u32> keys;
+  while (bpf_map__get_next_key(map, prev, &next, sizeof next) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (const __u32 tid : keys) {
+    zernel_phase_event ev{};
+    if (bpf_map__lookup_and_delete_elem(map, &tid, sizeof tid, &ev, sizeof ev, 0) != 0) continue;
+    const bool superseded =
+        std::any_of(out.begin() + static_cast<std::ptrdiff_t>(drained_from), out.end(),
+                    [&](const PhaseEvent& e) { return e.tid == ev.tid && e.t_ns >= ev.t_ns; });
+    if (!superseded) kept.push_back(PhaseEvent{ev.t_ns, ev.tid, ev.tgid, ev.phase, ev.cause});
+  }
+  std::sort(kept.begin(), kept.end(),
+            [](const PhaseEvent& a, const PhaseEvent& b) { return a.t_ns < b.t_ns; });
+  phase_events_recovered_ += kept.size();
+  out.insert(out.end(), kept.begin(), kept.end());
 }
 
 Result<bool> GpuSyncProbes::attach_library(std::uint32_t pid, const std::string& path) {
@@ -656,6 +693,8 @@ ProbeStats GpuSyncProbes::stats() const {
   st.phase_no_storage = sum[ZERNEL_PROBE_STAT_PHASE_NO_STORAGE];
   st.nccl_checks = sum[ZERNEL_PROBE_STAT_NCCL_CHECK];
   st.nccl_missed = sum[ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED];
+  st.phase_unsent_failed = sum[ZERNEL_PROBE_STAT_PHASE_UNSENT_FAILED];
+  st.phase_events_recovered = phase_events_recovered_;
   return st;
 }
 

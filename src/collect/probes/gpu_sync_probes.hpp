@@ -90,7 +90,9 @@ struct ProbeStats {
   std::uint64_t futex_waits = 0;        // futex waits counted (tracked processes)
   std::uint64_t futex_untracked = 0;    // futex waits of untracked processes (looked up only)
   std::uint64_t phase_events = 0;       // phase changes sent by the BPF side
-  std::uint64_t phase_events_lost = 0;  // phase changes lost: the ring buffer was full
+  std::uint64_t phase_events_lost = 0;  // phase changes the ring buffer had no room for
+  std::uint64_t phase_events_recovered = 0;  // of those, taken from zernel_phase_unsent
+  std::uint64_t phase_unsent_failed = 0;  // lost and not kept either (stale until the next)
   std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
   std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
   std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
@@ -143,6 +145,9 @@ class GpuSyncProbes {
     std::uint64_t sync_hysteresis_ns = 2'000'000;  // a sync begun in OptimizerStep
     std::uint64_t idle_hysteresis_ns = 2'000'000;  // a worker's sleep before it is idle
     std::uint64_t optimizer_max_ns = 200'000'000;  // CPU in OptimizerStep before Unknown
+    // The ring buffer's size in bytes, a power of 2 and a multiple of the page size; 0: 4 MiB
+    // (131,072 changes). Tests make it small to overflow it.
+    std::uint32_t phase_ring_bytes = 0;
     // Uprobes as one perf-event link per function even where the kernel has multi-uprobe links:
     // what kernels before 6.6 get, so that tests cover it.
     bool perf_uprobes = false;
@@ -192,8 +197,10 @@ class GpuSyncProbes {
 
   // Phases from events. set_phase_role() names a process whose threads get phases (again: its
   // role changes for threads not seen yet) and follows it; forget() drops it. drain_phase_events()
-  // appends every change the ring buffer holds, oldest first, and returns how many. Errors: phase
-  // events off or unavailable (has_phase_events() false), the role map full (65,536).
+  // appends every change the ring buffer holds, oldest first, then the last change of each
+  // thread whose changes the ring had no room for (kept by the BPF side, its time that of the
+  // change; none that an appended one of the thread supersedes), and returns how many. Errors:
+  // phase events off or unavailable (has_phase_events() false), the role map full (65,536).
   [[nodiscard]] Result<void> set_phase_role(std::uint32_t pid, PhaseRole role);
   std::size_t drain_phase_events(std::vector<PhaseEvent>& out);
   [[nodiscard]] bool has_phase_events() const { return !phase_error_.has_value(); }
@@ -243,6 +250,7 @@ class GpuSyncProbes {
   void unfollow_if_idle(std::uint32_t pid);
   void attach_every_task_programs();
   void detach_every_task_programs();
+  void take_unsent_phase_events(std::vector<PhaseEvent>& out, std::size_t drained_from);
 
   struct Previous {
     std::uint64_t sync_count = 0;
@@ -259,6 +267,7 @@ class GpuSyncProbes {
   std::unordered_map<std::uint32_t, Followed> followed_;
   std::unordered_map<std::uint32_t, Previous> previous_;
   std::string buf_;  // schedstat reads
+  std::uint64_t phase_events_recovered_ = 0;  // taken from zernel_phase_unsent
 };
 
 }  // namespace zernel::collect

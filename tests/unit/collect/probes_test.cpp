@@ -1142,11 +1142,23 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
   ASSERT_EQ(child.expect(), 'L');
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
   probes_->forget(child.upid());
+  (void)main_thread_events(child.upid());  // what came before the forget
   all_.clear();
-  // A thread already given state keeps it, but no new thread of the process is followed: the
-  // child's next waits still show (its main thread has state), a new process with its pid
-  // would not. What forget() guarantees is that the role is gone:
-  EXPECT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  // Forgotten: its bit in zernel_follow is clear (no other followed process shares it here), so
+  // its thread's state stays but no program looks at it: its next steps make no change.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(main_thread_events(child.upid()).empty())
+      << describe(main_thread_events(child.upid()));
+  // Named again, it is followed again from its next step.
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(main_thread_events(child.upid()).empty());
 }
 
 // With some process named, a thread of another process keeps "no role" in its storage; naming
@@ -1404,6 +1416,64 @@ TEST_F(PhaseEvents, counts_its_events) {
   const ProbeStats after = probes_->stats();
   EXPECT_GE(after.phase_events - before.phase_events, 10U);
   EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
+}
+
+// A ring buffer of one page (128 records) and 150 steps of a rank that are not drained: each
+// step is a data wait and the batch's arrival, two changes, so most of them find the ring full.
+// The drain must still end with the thread's real last change (DataLoading: it waits for the
+// next command), taken from zernel_phase_unsent with its time, and no change after the overflow
+// may be older than the one before it.
+TEST(PhaseEventsOverflow, recovers_the_last_change_of_a_thread_after_the_ring_overflowed) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  GpuSyncProbes::Options o;
+  o.phase_events = true;
+  o.phase_ring_bytes = static_cast<std::uint32_t>(sysconf(_SC_PAGESIZE));
+  auto r = GpuSyncProbes::open(o);
+  if (!r) GTEST_SKIP() << r.error().message();
+  GpuSyncProbes& probes = *r.value();
+  if (!probes.has_phase_events()) GTEST_SKIP() << probes.phase_events_error()->message();
+
+  Child child(burn_step_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_TRUE(probes.set_phase_role(child.upid(), PhaseRole::rank).ok());
+  const ProbeStats before = probes.stats();
+  std::uint64_t last_step_ns = 0;
+  for (int i = 0; i < 150; ++i) {
+    last_step_ns = monotonic_ns();
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+  }
+  std::this_thread::sleep_for(20ms);  // it is back in its read(): DataLoading
+  std::vector<PhaseEvent> events;
+  probes.drain_phase_events(events);
+  const ProbeStats after = probes.stats();
+  ASSERT_GT(after.phase_events_lost, before.phase_events_lost) << "the ring did not overflow";
+  EXPECT_EQ(after.phase_unsent_failed, before.phase_unsent_failed);
+  EXPECT_EQ(after.phase_events_recovered - before.phase_events_recovered, 1U);
+
+  std::vector<PhaseEvent> mine;
+  for (const PhaseEvent& e : events) {
+    if (e.tid == child.upid()) mine.push_back(e);
+  }
+  ASSERT_FALSE(mine.empty());
+  EXPECT_LE(mine.size(), 129U);  // the ring's 128 records and the kept one
+  const PhaseEvent& last = mine.back();
+  EXPECT_EQ(last.phase, 0U) << "DataLoading";
+  EXPECT_EQ(last.cause, static_cast<std::uint8_t>(PhaseCause::data_wait));
+  EXPECT_GE(last.t_ns, last_step_ns) << "the last change drained is one of the first steps'";
+  for (std::size_t i = 1; i < mine.size(); ++i) EXPECT_GE(mine[i].t_ns, mine[i - 1].t_ns) << i;
+
+  // Drained: the next changes go through the ring again, and nothing stale comes back.
+  events.clear();
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  probes.drain_phase_events(events);
+  std::erase_if(events, [&](const PhaseEvent& e) { return e.tid != child.upid(); });
+  ASSERT_EQ(events.size(), 2U);
+  EXPECT_EQ(events[0].cause, static_cast<std::uint8_t>(PhaseCause::data_arrived));
+  EXPECT_EQ(events[1].cause, static_cast<std::uint8_t>(PhaseCause::data_wait));
+  EXPECT_EQ(probes.stats().phase_events_recovered, after.phase_events_recovered);
 }
 
 // The cost of the context-switch program where it runs on every context switch of the machine:
