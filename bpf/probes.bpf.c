@@ -282,7 +282,7 @@ static __always_inline void phase_set(struct zernel_phase_thread *st, struct tas
 		/* No room: the change waits for user space as the thread's last one. */
 		stat_inc(ZERNEL_PROBE_STAT_PHASE_EVENT_LOST);
 		if (bpf_map_update_elem(&zernel_phase_unsent, &ev.tid, &ev, BPF_ANY)) {
-			stat_inc(ZERNEL_PROBE_STAT_PHASE_UNSENT_FAILED);
+			stat_inc(ZERNEL_PROBE_STAT_UNSENT_FAILED);
 			return;
 		}
 		st->unsent = 1;

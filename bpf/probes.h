@@ -119,7 +119,7 @@ enum zernel_probe_stat {
 					       bpf_find_vma failed for another reason than "no
 					       mapping there" (mmap_lock contended: -EBUSY); such a
 					       wait is not seen as NCCL's */
-	ZERNEL_PROBE_STAT_PHASE_UNSENT_FAILED, /* lost changes not kept either (the update of
+	ZERNEL_PROBE_STAT_UNSENT_FAILED,     /* lost changes not kept either (the update of
 					       zernel_phase_unsent failed): that thread's phase is
 					       stale in user space until its next change */
 	ZERNEL_PROBE_STAT_NR,
@@ -250,7 +250,7 @@ struct zernel_phase_event {
 enum zernel_phase_limits {
 	ZERNEL_PHASE_MAX_PROCS = 65536,		  /* processes with a role */
 	ZERNEL_PHASE_RING_BYTES = 4 * 1024 * 1024, /* 131,072 events (24 bytes + 8 of header) */
-	ZERNEL_PHASE_UNSENT_MAX = 16384,	  /* threads whose last change waits in
+	ZERNEL_PHASE_UNSENT_MAX = 16384,		   /* threads whose last change waits in
 						     zernel_phase_unsent */
 };
 

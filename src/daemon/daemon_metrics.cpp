@@ -81,8 +81,8 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
                         {"futex_untracked", p.futex_untracked},
                         {"phase_events", p.phase_events},
                         {"phase_events_lost", p.phase_events_lost},
-                        {"phase_events_recovered", p.phase_events_recovered},
-                        {"phase_unsent_failed", p.phase_unsent_failed},
+                        {"phase_events_recovered", p.phase_recovered},
+                        {"phase_unsent_failed", p.unsent_failed},
                         {"phase_no_storage", p.phase_no_storage},
                         {"nccl_checks", p.nccl_checks},
                         {"nccl_checks_missed", p.nccl_missed}};

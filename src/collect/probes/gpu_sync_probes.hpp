@@ -91,8 +91,8 @@ struct ProbeStats {
   std::uint64_t futex_untracked = 0;    // futex waits of untracked processes (looked up only)
   std::uint64_t phase_events = 0;       // phase changes sent by the BPF side
   std::uint64_t phase_events_lost = 0;  // phase changes the ring buffer had no room for
-  std::uint64_t phase_events_recovered = 0;  // of those, taken from zernel_phase_unsent
-  std::uint64_t phase_unsent_failed = 0;  // lost and not kept either (stale until the next)
+  std::uint64_t phase_recovered = 0;    // of those, taken from zernel_phase_unsent
+  std::uint64_t unsent_failed = 0;      // lost and not kept either (stale until the next)
   std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
   std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
   std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
