@@ -248,10 +248,10 @@ struct zernel_phase_event {
 };
 
 enum zernel_phase_limits {
-	ZERNEL_PHASE_MAX_PROCS = 65536,		  /* processes with a role */
+	ZERNEL_PHASE_MAX_PROCS = 65536,		   /* processes with a role */
 	ZERNEL_PHASE_RING_BYTES = 4 * 1024 * 1024, /* 131,072 events (24 bytes + 8 of header) */
-	ZERNEL_PHASE_UNSENT_MAX = 16384,		   /* threads whose last change waits in
-						     zernel_phase_unsent */
+	ZERNEL_PHASE_UNSENT_MAX = 16384,	   /* threads whose last change waits in
+						      zernel_phase_unsent */
 };
 
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");
