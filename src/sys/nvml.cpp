@@ -54,6 +54,8 @@ namespace fs = std::filesystem;
 constexpr const char* kOff = "GPU metrics are off";
 // Retries of a list call whose answer grew between the size query and the read.
 constexpr int kListAttempts = 5;
+// Spare room in a process list's buffer beyond the count of the previous list.
+constexpr unsigned int kListSlack = 8;
 
 template <typename Fn>
 void resolve(void* handle, const char* name, Fn& out) {
@@ -269,6 +271,7 @@ Result<std::unique_ptr<Nvml>> Nvml::load(const std::string& library_path) {
   }
   if (auto r = list_nvml_devices(a, nvml->devices_, nvml->handles_); !r) return r.error();
   nvml->last_seen_us_.assign(nvml->devices_.size(), 0);
+  nvml->list_room_.assign(nvml->devices_.size(), 0);
   nvml->originals_.assign(nvml->devices_.size(), OriginalSettings{});
   return nvml;
 }
@@ -385,24 +388,25 @@ Result<std::vector<ComputeProcess>> Nvml::compute_process_list() const {
     return unsupported(library_, "nvmlDeviceGetComputeRunningProcesses_v3/_v2");
   }
   std::vector<ComputeProcess> out;
+  std::vector<nvmlProcessInfo_t> infos;
   for (std::uint32_t d = 0; d < devices_.size(); ++d) {
-    const auto call = fmt::format("{}(GPU {})", api_->compute_processes_name, d);
     nvmlDevice_t h = dev_handle(handles_[d]);
-    unsigned int count = 0;
-    nvmlReturn_t rc = api_->compute_processes(h, &count, nullptr);
-    if (rc == NVML_SUCCESS) continue;  // no process
-    if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return nvml_error(*api_, rc, call);
+    // One call per GPU: a buffer with room for the processes it had last time and a few more
+    // (the daemon lists every tick); a GPU that gained more is asked again with its new count.
+    auto room = list_room_[d] + kListSlack;
     bool done = false;
+    nvmlReturn_t rc = NVML_SUCCESS;
     for (int attempt = 0; attempt < kListAttempts && !done; ++attempt) {
-      std::vector<nvmlProcessInfo_t> infos(count + 4);
-      auto n = static_cast<unsigned int>(infos.size());
+      infos.resize(room);
+      auto n = room;
       rc = api_->compute_processes(h, &n, infos.data());
       if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
-        count = n;
+        room = n + kListSlack;
         continue;
       }
-      if (rc != NVML_SUCCESS) return nvml_error(*api_, rc, call);
-      for (unsigned int i = 0; i < std::min(n, static_cast<unsigned int>(infos.size())); ++i) {
+      if (rc != NVML_SUCCESS) break;
+      n = std::min(n, room);
+      for (unsigned int i = 0; i < n; ++i) {
         ComputeProcess p;
         p.pid = infos[i].pid;
         p.device = d;
@@ -411,9 +415,14 @@ Result<std::vector<ComputeProcess>> Nvml::compute_process_list() const {
         }
         out.push_back(p);
       }
+      list_room_[d] = n;
       done = true;
     }
-    if (!done) return Error(EAGAIN, call + ": the number of processes kept changing");
+    if (!done) {
+      const auto call = fmt::format("{}(GPU {})", api_->compute_processes_name, d);
+      if (rc != NVML_ERROR_INSUFFICIENT_SIZE) return nvml_error(*api_, rc, call);
+      return Error(EAGAIN, call + ": the number of processes kept changing");
+    }
   }
   std::sort(out.begin(), out.end(), [](const ComputeProcess& x, const ComputeProcess& y) {
     return x.pid != y.pid ? x.pid < y.pid : x.device < y.device;

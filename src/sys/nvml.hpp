@@ -137,7 +137,8 @@ class Nvml {
   [[nodiscard]] Result<std::unordered_map<std::uint32_t, std::uint32_t>> process_utilization(
       std::uint32_t device);
 
-  // Every process with a compute context, one entry per (pid, GPU), ascending pid then GPU.
+  // Every process with a compute context, one entry per (pid, GPU), ascending pid then GPU. One
+  // NVML call per GPU while its count grows by at most a few between lists.
   [[nodiscard]] Result<std::vector<ComputeProcess>> compute_process_list() const;
   // The same as pid -> GPU index (the lowest index when a process uses several GPUs): the shape
   // of collect::GpuProcessMap (discovery.hpp).
@@ -181,6 +182,7 @@ class Nvml {
   std::vector<GpuDevice> devices_;
   std::vector<void*> handles_;               // nvmlDevice_t per index
   std::vector<std::uint64_t> last_seen_us_;  // process_utilization's timestamp per device
+  mutable std::vector<unsigned int> list_room_;  // processes each device listed last time
   std::vector<OriginalSettings> originals_;  // per device
 };
 

@@ -367,10 +367,11 @@ size_t zfg_busy_by_pid(const struct zfg_device* d, uint64_t from_ns, uint64_t to
 
 static int pid_is_dead(int32_t pid) { return kill((pid_t)pid, 0) != 0 && errno == ESRCH; }
 
-void zfg_prune_dead(struct zfg_shm* shm) {
+void zfg_prune_dead(struct zfg_shm* shm, int32_t device) {
   for (size_t i = 0; i < ZFG_MAX_PROCESSES; ++i) {
     struct zfg_process* p = &shm->processes[i];
-    if (p->pid != 0 && pid_is_dead(p->pid)) memset(p, 0, sizeof(*p));
+    if (p->pid == 0 || (device >= 0 && p->device != (uint32_t)device)) continue;
+    if (pid_is_dead(p->pid)) memset(p, 0, sizeof(*p));
   }
 }
 
@@ -387,7 +388,7 @@ int zfg_register_context(struct zfg_shm* shm, uint32_t dev, int32_t pid, uint64_
       if (p->pid == 0 && free_slot == NULL) free_slot = p;
     }
     if (free_slot != NULL) break;
-    zfg_prune_dead(shm); /* full: make room from processes that died without cleaning up */
+    zfg_prune_dead(shm, -1); /* full: make room from processes that died without cleaning up */
   }
   if (free_slot == NULL) return -ENOSPC;
   free_slot->pid = pid;

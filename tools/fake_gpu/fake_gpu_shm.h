@@ -27,7 +27,8 @@
  * and ring slots, which at worst lose one interval.
  *
  * Processes that exit without destroying their contexts (killed, _exit) are pruned by readers:
- * an entry whose pid no longer exists (kill(pid, 0) fails with ESRCH) is dropped.
+ * an entry whose pid no longer exists (kill(pid, 0) fails with ESRCH) is dropped by the next
+ * list of its device's processes (or by a registration that finds the table full).
  *
  * Internal to the two fake libraries (hidden symbols); plain C11.
  */
@@ -187,8 +188,9 @@ int zfg_register_context(struct zfg_shm* shm, uint32_t dev, int32_t pid, uint64_
 void zfg_unregister_context(struct zfg_shm* shm, uint32_t dev, int32_t pid);
 void zfg_unregister_pid(struct zfg_shm* shm, int32_t pid);
 
-/* Drops the entries of processes that no longer exist. */
-void zfg_prune_dead(struct zfg_shm* shm);
+/* Drops the entries of processes that no longer exist: those on `device`, or on every device
+ * when `device` is negative (one kill(pid, 0) per entry looked at). */
+void zfg_prune_dead(struct zfg_shm* shm, int32_t device);
 
 /* Clocks (MHz) and power (mW) of the model above. */
 uint32_t zfg_busy_sm_clock_mhz(const struct zfg_device* d);

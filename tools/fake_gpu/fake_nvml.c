@@ -369,7 +369,7 @@ static nvmlReturn_t running_processes(nvmlDevice_t device, unsigned int* infoCou
   if (infoCount == NULL) return NVML_ERROR_INVALID_ARGUMENT;
   ENTER(device, d);
   const uint32_t index = (uint32_t)(d - g_shm->devices);
-  zfg_prune_dead(g_shm);
+  zfg_prune_dead(g_shm, (int32_t)index); /* this device's entries only: a list per GPU */
   unsigned int n = 0;
   for (size_t i = 0; i < ZFG_MAX_PROCESSES; ++i) {
     if (g_shm->processes[i].pid != 0 && g_shm->processes[i].device == index) ++n;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <regex>
 #include <set>
 #include <string>
@@ -376,6 +377,45 @@ TEST(Nvml, a_process_using_a_gpu_is_listed_with_its_utilisation_until_it_dies) {
   auto after = nvml->compute_process_list();
   ASSERT_TRUE(after.ok()) << after.error().message();
   EXPECT_FALSE(lists(*after, pid, 1));
+}
+
+// The list asks each GPU once, with room for its previous count and a few more: a GPU that
+// gained more processes than that between two lists is asked again, and lists them all.
+TEST(Nvml, a_gpu_that_gained_many_processes_since_the_last_list_lists_them_all) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu(4);
+  auto nvml = load_fake_nvml();
+  ASSERT_NE(nvml, nullptr);
+  auto before = nvml->compute_process_list();
+  ASSERT_TRUE(before.ok()) << before.error().message();
+  EXPECT_TRUE(before->empty());
+
+  constexpr std::size_t kChildren = 20;
+  std::vector<std::unique_ptr<GpuChild>> children;
+  for (std::size_t i = 0; i < kChildren; ++i) {
+    children.push_back(std::make_unique<GpuChild>(/*device=*/2, /*chunks=*/1, /*chunk_ms=*/1));
+    ASSERT_GT(children.back()->pid(), 0);
+  }
+  for (auto& c : children) {
+    ChildReport report;
+    ASSERT_TRUE(c->wait_report(report)) << "a child did not report within 10 s";
+    ASSERT_EQ(report.rc, 0) << "CUDA call failed at step " << report.step;
+  }
+  auto list = nvml->compute_process_list();
+  ASSERT_TRUE(list.ok()) << list.error().message();
+  EXPECT_EQ(list->size(), kChildren);
+  for (auto& c : children) {
+    EXPECT_TRUE(lists(*list, static_cast<std::uint32_t>(c->pid()), 2)) << c->pid();
+  }
+
+  // Half of them killed without cleaning up: the next list prunes them and keeps the rest.
+  for (std::size_t i = 0; i < kChildren / 2; ++i) children[i]->stop();
+  auto after = nvml->compute_process_list();
+  ASSERT_TRUE(after.ok()) << after.error().message();
+  EXPECT_EQ(after->size(), kChildren / 2);
+  for (std::size_t i = kChildren / 2; i < kChildren; ++i) {
+    EXPECT_TRUE(lists(*after, static_cast<std::uint32_t>(children[i]->pid()), 2));
+  }
 }
 
 TEST(Nvml, synchronisation_blocks_until_the_queued_work_is_done) {
