@@ -199,6 +199,7 @@ class Daemon final : private ControlHost {
   // The kernel's process events (null without them: discovery lists /proc every poll tick),
   // their scratch, what discovery last ran with, and when it lists all of /proc next.
   static constexpr std::uint64_t kRescanNs = 30'000'000'000;
+  static constexpr std::uint32_t kAttrScansWithNvml = 4;  // see open_process_events()
   std::unique_ptr<collect::ProcEvents> proc_events_;
   std::vector<collect::ProcEvent> proc_event_buf_;
   collect::GpuProcessMap discovered_nvml_;

@@ -7,8 +7,9 @@
 // Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon
 // reads them every tick: an exit drops a tracked process at once; forks, execs and renames go to
 // discovery, which re-reads only those processes, at the next poll tick, or at once when a
-// tracked GPU owner forked (a DataLoader worker) or NVML lists a new process; all of /proc is
-// listed every kRescanNs only (a safety net), or at once when events were lost. A process whose
+// tracked GPU owner forked (a DataLoader worker); NVML's list is read every poll tick, and a new
+// process in it is followed then; all of /proc is listed every kRescanNs only (a safety net), or
+// at once when events were lost. A process whose
 // phases come from events is not read every tick: its stat only on publish ticks, when it has a
 // tenant (its CPU time) or is a probed GPU owner (how it waits for its GPU). Without process
 // events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and
@@ -55,10 +56,17 @@ void Daemon::open_process_events() {
     return;
   }
   proc_events_ = std::move(*pe);
-  discovery_.set_rescan_every(1);
-  spdlog::info("following processes by the kernel's process events{}; all of /proc every {} s",
-               proc_events_->filtered() ? "" : " (unfiltered: a kernel before 6.6)",
-               kRescanNs / 1'000'000'000);
+  // The safety net's scans re-read each process's fd/ and rule attributes (what can change
+  // without an event: a device opened late, a cgroup move, a rewritten command line) at every
+  // scan, or every kAttrScansWithNvml-th one when NVML lists the GPU processes every poll tick:
+  // fd/ listings were most of a scan's cost.
+  const std::uint32_t attr_scans = nvml_ ? kAttrScansWithNvml : 1;
+  discovery_.set_rescan_every(attr_scans);
+  spdlog::info(
+      "following processes by the kernel's process events{}; all of /proc every {} s, their "
+      "descriptors and attributes every {} s",
+      proc_events_->filtered() ? "" : " (unfiltered: a kernel before 6.6)",
+      kRescanNs / 1'000'000'000, attr_scans * kRescanNs / 1'000'000'000);
 }
 
 void Daemon::open_nvml() {
@@ -117,8 +125,9 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
     }
   }
   discovery_.apply(proc_event_buf_, now_ns);
-  if (nvml_) {
-    // NVML's list every tick: a process with a new GPU context is followed at once.
+  if (nvml_ && poll_tick) {
+    // NVML's list every poll tick (a process with a new GPU context is followed within one
+    // poll interval), and at every discovery the events ask for (poll_processes reads it then).
     read_nvml_processes();
     nvml_procs_fresh_ = true;
     urgent = urgent || nvml_procs_ != discovered_nvml_;
