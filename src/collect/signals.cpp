@@ -37,6 +37,12 @@ std::uint64_t ticks_to_ns(std::uint64_t ticks, std::uint64_t hz) {
   return whole * kNsPerSecond + rest * kNsPerSecond / hz;
 }
 
+// The modes that measure I/O wait (a walk over the threads).
+bool reads_threads(SampleMode mode) {
+  return mode == SampleMode::full || mode == SampleMode::no_nccl ||
+         mode == SampleMode::idle_backoff;
+}
+
 // Reads a /proc file from offset 0 through an open descriptor. A proc file is made whole at the
 // first read, so a read shorter than the room left is its end (saves the read that returns 0).
 int pread_proc_file(int fd, std::string& out, std::size_t max_bytes) {
@@ -151,22 +157,41 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
   if (!st || st->run_ns == 0) return false;  // unparsable, or schedstats off (all zeros)
   run_ns = st->run_ns;
   timeslices = st->timeslices;
-  if (s.num_threads != 1 || s.samples == 0 || st->run_ns != s.run_ns ||
-      st->timeslices != s.timeslices) {
-    return false;
+  if (s.num_threads != 1 || s.samples == 0) return false;
+  if (st->run_ns != s.run_ns || st->timeslices != s.timeslices) {
+    return mode == SampleMode::cpu_time && cpu_time_from_schedstat(s, *st, now_ns, out);
   }
   // Not on a CPU since the last sample, and alone in its process: nothing it could change has.
   const bool elapsed = now_ns > s.last_ns;
   out.state = s.state;
   out.starttime = s.starttime;
   if (elapsed) out.cpu_time_ns = 0;
-  if (options_.measure_io_wait && mode != SampleMode::stat_only && elapsed && s.threads_valid) {
+  if (options_.measure_io_wait && reads_threads(mode) && elapsed && s.threads_valid) {
     out.io_wait_fraction = 0.0F;
   }
   s.generation = generation_;
   s.last_ns = now_ns;
   if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
   ++unchanged_samples_;
+  return true;
+}
+
+bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
+                                            ProcessSignals& out) {
+  if (s.schedstat_only + 1 >= kCpuTimeStatEvery || st.run_ns < s.run_ns) return false;
+  // Alone in its process at the last stat read: the thread's run time is the process's CPU
+  // time (threads it started since are counted at the next stat read).
+  const std::uint64_t ran = st.run_ns - s.run_ns;
+  out.starttime = s.starttime;
+  if (now_ns > s.last_ns) out.cpu_time_ns = ran;
+  s.run_ns = st.run_ns;
+  s.timeslices = st.timeslices;
+  s.schedstat_cpu_ns = saturating_add(s.schedstat_cpu_ns, ran);
+  ++s.schedstat_only;
+  s.generation = generation_;
+  s.last_ns = now_ns;
+  if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
+  ++schedstat_cpu_samples_;
   return true;
 }
 
@@ -270,6 +295,11 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   char name[16] = {};
   std::to_chars(name, name + sizeof(name) - 1, pid);
   auto prior = state_.find(pid);
+  if (mode == SampleMode::idle_backoff && prior != state_.end() && prior->second.idle_skip > 0) {
+    --prior->second.idle_skip;
+    ++idle_skipped_samples_;
+    mode = SampleMode::skip;
+  }
   if (mode == SampleMode::skip) {
     out.skipped = true;
     if (prior != state_.end()) prior->second.generation = generation_;
@@ -279,6 +309,11 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   std::uint64_t sched_timeslices = 0;
   if (options_.skip_unchanged && prior != state_.end() &&
       unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
+    if (mode == SampleMode::idle_backoff) {
+      PidState& s = prior->second;
+      s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
+      s.idle_skip = s.idle_streak;
+    }
     return;
   }
   PidDir dir{proc_fd, name, {}};  // <proc>/<pid>, opened only when needed
@@ -313,8 +348,16 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   keep_stat_descriptors(s, *st, fresh, dir);
 
   const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
-  if (elapsed && cpu >= s.cpu_ticks) out.cpu_time_ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
-  if (options_.measure_io_wait && mode != SampleMode::stat_only &&
+  if (elapsed && cpu >= s.cpu_ticks) {
+    // Less what samples from schedstat reported since the stat before (cpu_time mode).
+    const std::uint64_t ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
+    out.cpu_time_ns = ns > s.schedstat_cpu_ns ? ns - s.schedstat_cpu_ns : 0;
+  }
+  s.schedstat_only = 0;
+  s.schedstat_cpu_ns = 0;
+  s.idle_streak = 0;  // it ran (or is read in full): looked at every sample again
+  s.idle_skip = 0;
+  if (options_.measure_io_wait && reads_threads(mode) &&
       gone_errno(sample_io_wait(pid, *st, s, dir, elapsed, now_ns, out))) {
     drop_pid(pid, out);
     return;

@@ -29,9 +29,17 @@
 // kernel adds them when the task wakes) and its state are what they were (skip_unchanged).
 //
 // Per process and sample, how much (SampleMode): everything (full); no NCCL check (no_nccl: a
-// process the NCCL rule cannot apply to, whose futex waits are not counted); only stat
-// (stat_only: CPU time and state, for a process whose phase comes from events); or nothing this
-// time (skip: its state is kept, so its next sample measures the interval since its last one).
+// process the NCCL rule cannot apply to, whose futex waits are not counted); no_nccl for a
+// process that may sleep for long (idle_backoff: a single-threaded process found not to have
+// run n samples in a row skips the next min(n, kIdleBackoffMax) samples, so a sleeping one costs
+// one schedstat read every kIdleBackoffMax + 1 samples; the first sample that finds it ran
+// ends the back-off); only stat
+// (stat_only: CPU time and state, for a process whose phase comes from events); only the CPU
+// time (cpu_time: for a tenant's account; a single-threaded process that ran is answered from
+// its schedstat's run time, which for one thread is its CPU time, and its stat is read every
+// kCpuTimeStatEvery samples to see that it still has one thread: the CPU of threads it started
+// meanwhile is counted then; `state` is not read); or nothing this time (skip: its state is
+// kept, so its next sample measures the interval since its last one).
 //
 // The taskstats netlink interface (one TGID query per process, including exited threads) would be
 // cheaper, at the price of a netlink socket and CAP_NET_ADMIN; /proc is what the design names and
@@ -56,7 +64,9 @@
 
 namespace zernel::collect {
 
-enum class SampleMode : std::uint8_t { full, no_nccl, stat_only, skip };
+struct SchedStat;  // collect/wait_state.hpp
+
+enum class SampleMode : std::uint8_t { full, no_nccl, idle_backoff, stat_only, cpu_time, skip };
 
 struct SignalsOptions {
   std::string proc_root = "/proc";
@@ -118,6 +128,16 @@ class SignalSampler {
   [[nodiscard]] std::size_t tracked() const { return state_.size(); }
   // Samples answered from schedstat alone (the process had not run), since construction.
   [[nodiscard]] std::uint64_t unchanged_samples() const { return unchanged_samples_; }
+  // cpu_time samples whose CPU time came from schedstat (the process ran), since construction.
+  [[nodiscard]] std::uint64_t schedstat_cpu_samples() const { return schedstat_cpu_samples_; }
+
+  // idle_backoff samples skipped (the process was idle), since construction.
+  [[nodiscard]] std::uint64_t idle_skipped_samples() const { return idle_skipped_samples_; }
+
+  // cpu_time: a single-threaded process's stat is read at least once in this many samples.
+  static constexpr std::uint32_t kCpuTimeStatEvery = 10;
+  // idle_backoff: the most samples skipped in a row.
+  static constexpr std::uint32_t kIdleBackoffMax = 4;
 
  private:
   struct PidState {
@@ -136,6 +156,13 @@ class SignalSampler {
     std::uint64_t timeslices = 0;
     std::uint32_t num_threads = 0;
     char state = '?';
+    // cpu_time: samples answered from schedstat since the last stat read, and the CPU time they
+    // reported (the next stat read reports only what its own delta adds to it).
+    std::uint32_t schedstat_only = 0;
+    std::uint64_t schedstat_cpu_ns = 0;
+    // idle_backoff: samples in a row that found it had not run, and samples left to skip.
+    std::uint32_t idle_streak = 0;
+    std::uint32_t idle_skip = 0;
   };
 
   // The directory <proc>/<pid>, opened by the first step of a sample that needs it.
@@ -164,10 +191,15 @@ class SignalSampler {
   // The fraction of the interval since s.last_ns that threads_ spent blocked on I/O.
   [[nodiscard]] float io_wait_fraction_since(const PidState& s, std::uint64_t now_ns) const;
   // skip_unchanged: reads the schedstat of a known single-threaded process; true (and `out`
-  // filled) when it has not run since its last sample. Otherwise `run_ns`/`timeslices` hold
-  // what it read (or 0), for the full read to keep.
+  // filled) when it has not run since its last sample, or in cpu_time mode when its run time
+  // answers (see SampleMode). Otherwise `run_ns`/`timeslices` hold what it read (or 0), for the
+  // full read to keep.
   bool unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns, ProcessSignals& out,
                  std::uint64_t& run_ns, std::uint64_t& timeslices);
+  // cpu_time: a sample answered from the run time in `st` (see SampleMode); false when the stat
+  // is due (every kCpuTimeStatEvery samples) or the run time went backwards.
+  bool cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
+                               ProcessSignals& out);
   // Fills threads_ with (tid, blkio ticks) of every readable thread. Returns 0 or the errno
   // value of listing task/ (ENOENT/ESRCH: the process is gone).
   int read_threads(int pid_dirfd);
@@ -182,6 +214,8 @@ class SignalSampler {
   SignalsOptions options_;
   std::size_t open_files_ = 0;  // kept stat and schedstat descriptors
   std::uint64_t unchanged_samples_ = 0;
+  std::uint64_t schedstat_cpu_samples_ = 0;
+  std::uint64_t idle_skipped_samples_ = 0;
   std::uint64_t ticks_per_s_ = 100;
   std::uint64_t generation_ = 0;
   std::unordered_map<std::uint32_t, PidState> state_;

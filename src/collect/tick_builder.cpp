@@ -159,7 +159,7 @@ policy::TaskUpdate TickBuilder::task_update(const TrackedProcess& t, const Proce
   }
   const GpuUtil util = gpu_utilization_of(t, in.gpu);
   u.gpu_utilization = static_cast<std::uint8_t>(std::min<std::uint32_t>(util.pct, 100));
-  const bool stat_only = t.sample == SampleMode::stat_only;
+  const bool stat_only = t.sample == SampleMode::stat_only || t.sample == SampleMode::cpu_time;
   if (!stat_only || t.role != ProcessRole::dataloader_worker) set_cpu_fraction(t, s, in, u);
   std::uint64_t main_futex_wait_ns = 0;
   if (in.probes != nullptr && t.probed) {

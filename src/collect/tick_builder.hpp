@@ -54,9 +54,10 @@ struct TrackedProcess {
   bool has_workers = false;  // a GPU owner with DataLoader workers
   bool probed = false;       // the GPU sync probes are attached to a libcuda it maps
   bool event_role = false;   // its phases come from the BPF event rules
-  // How much to read this tick (collect/signals.hpp): full; no_nccl; stat_only (CPU time, state
-  // and the probes, for a process whose phase comes from events); skip (no update this tick;
-  // its state is kept, so its next sample measures from its last one).
+  // How much to read this tick (collect/signals.hpp): full; no_nccl; idle_backoff (no_nccl, a
+  // sleeping process looked at less often); stat_only (CPU time, state and the probes, for a
+  // process whose phase comes from events); cpu_time (its CPU time only); skip (no update this
+  // tick; its state is kept, so its next sample measures from its last one).
   SampleMode sample = SampleMode::full;
 };
 

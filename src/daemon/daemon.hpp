@@ -53,6 +53,7 @@
 #include "daemon/backend_supervisor.hpp"
 #include "daemon/control.hpp"
 #include "daemon/runtime_control.hpp"
+#include "daemon/table_full.hpp"
 #include "daemon/ticker.hpp"
 #include "enforce/backend.hpp"
 #include "enforce/power.hpp"
@@ -270,6 +271,7 @@ class Daemon final : private ControlHost {
   std::uint64_t tick_ns_ = 100'000'000;  // phase_eval_interval_ms in ns
   bool warned_cap_ = false;
   bool warned_scan_ = false;
+  TableFullLog table_full_;  // logs each BPF table that filled, once
   DaemonStats stats_;
   bool shut_down_ = false;
 };

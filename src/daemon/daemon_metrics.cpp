@@ -55,6 +55,7 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
 
   if (auto c = backend_.counters()) {
     for (const auto& [name, value] : *c) s.backend_counters.push_back({name, value});
+    for (const std::string& line : table_full_.check(s.backend_counters)) spdlog::warn("{}", line);
   } else {
     count_error("backend");
     spdlog::debug("backend counters: {}", c.error().message());
@@ -86,6 +87,7 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
                         {"phase_no_storage", p.phase_no_storage},
                         {"nccl_checks", p.nccl_checks},
                         {"nccl_checks_missed", p.nccl_missed}};
+    for (const std::string& line : table_full_.check(s.probe_counters)) spdlog::warn("{}", line);
   }
 #endif
   add_tenant_cpu(s);

@@ -9,9 +9,10 @@
 // discovery, which re-reads only those processes, at the next poll tick, or at once when a
 // tracked GPU owner forked (a DataLoader worker); NVML's list is read every poll tick, and a new
 // process in it is followed then; all of /proc is listed every kRescanNs only (a safety net), or
-// at once when events were lost. A process whose
-// phases come from events is not read every tick: its stat only on publish ticks, when it has a
-// tenant (its CPU time) or is a probed GPU owner (how it waits for its GPU). Without process
+// at once when events were lost. A process whose phases come from events is not read every
+// tick, only on publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's
+// other processes' CPU time (SampleMode::cpu_time: a single-threaded one's from its schedstat,
+// its stat every tenth time). Without process
 // events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and
 // every tracked process is read every tick, as before.
 
@@ -254,15 +255,21 @@ collect::SampleMode Daemon::sample_mode(std::uint32_t pid, const Tracked& t,
   using collect::SampleMode;
   if (!t.event_role) {
     // The periodic rules. NCCL's (rule 2) needs futex waits, which are counted for GPU owners
-    // only: for other processes the NCCL check could never change their phase.
-    return t.role == collect::ProcessRole::gpu_owner ? SampleMode::full : SampleMode::no_nccl;
+    // only: for other processes the NCCL check could never change their phase. A process that
+    // is only matched by a rule (a pod's other processes, often asleep for long) is looked at
+    // less often while it sleeps; GPU owners and their workers every tick.
+    if (t.role == collect::ProcessRole::gpu_owner) return SampleMode::full;
+    return t.role == collect::ProcessRole::matched ? SampleMode::idle_backoff
+                                                   : SampleMode::no_nccl;
   }
   // Phases from events: no signal of the periodic rules is needed. Without process events the
   // stat of every tick is how the daemon learns the process exited.
   if (!proc_events_) return SampleMode::stat_only;
-  const bool wanted =
-      (t.role == collect::ProcessRole::gpu_owner && t.probed) || engine_.tenant_of(pid) != nullptr;
-  return publish_tick && wanted ? SampleMode::stat_only : SampleMode::skip;
+  if (!publish_tick) return SampleMode::skip;
+  // A probed GPU owner: its state too (how it waits for its GPU); a tenant's other processes:
+  // their CPU time for the tenant's account.
+  if (t.role == collect::ProcessRole::gpu_owner && t.probed) return SampleMode::stat_only;
+  return engine_.tenant_of(pid) != nullptr ? SampleMode::cpu_time : SampleMode::skip;
 }
 
 void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -389,6 +391,154 @@ TEST(Signals, a_single_threaded_process_that_has_not_run_is_answered_from_scheds
   s.sample(pids, t += 1000, out);
   EXPECT_TRUE(out[0].gone);
   EXPECT_EQ(s.unchanged_samples(), before + 3);
+}
+
+// Burns about half of a CPU in 2 ms pieces until killed; a byte on `cmd` starts a second
+// thread that does the same.
+[[noreturn]] void half_busy_child(int cmd) {
+  const auto burn = [] {
+    for (;;) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+      volatile std::uint64_t sink = 0;
+      while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  };
+  char c = 0;
+  while (read(cmd, &c, 1) != 1) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+    volatile std::uint64_t sink = 0;
+    while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::thread(burn).detach();
+  burn();
+  _exit(0);  // not reached
+}
+
+// utime + stime of a process, ns (clock ticks of 10 ms).
+std::uint64_t stat_cpu_ns(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  auto st = sys::parse_stat(line);
+  if (!st) return 0;
+  return (st->utime_ticks + st->stime_ticks) * kSecond / static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
+}
+
+// cpu_time mode: a single-threaded process that runs is answered from its schedstat, its stat
+// read every kCpuTimeStatEvery samples; the CPU of a thread it started in between is counted at
+// that read, so the sum of what the samples report is the process's CPU time.
+TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_its_new_threads) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[1]);
+    half_busy_child(fds[0]);
+  }
+  close(fds[0]);
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
+  const SampleMode modes[] = {SampleMode::cpu_time};
+  std::vector<ProcessSignals> out;
+  std::uint64_t reported = 0;
+  const auto sample = [&] {
+    s.sample(pids, modes, monotonic_ns(), out);
+    ASSERT_EQ(out.size(), 1U);
+    ASSERT_FALSE(out[0].gone);
+    reported += out[0].cpu_time_ns.value_or(0);
+  };
+  // The baseline, with the child stopped so that its stat says what the sampler read.
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  sample();
+  const std::uint64_t first = stat_cpu_ns(child);
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    sample();
+  }
+  const std::uint64_t from_schedstat = s.schedstat_cpu_samples();
+  EXPECT_GE(from_schedstat, SignalSampler::kCpuTimeStatEvery);  // most samples: one pread
+  // A second thread.
+  ASSERT_EQ(write(fds[1], "t", 1), 1);
+  for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    sample();
+  }
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  sample();
+  const std::uint64_t total = stat_cpu_ns(child) - first;
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(fds[1]);
+  // Each stat read may differ from the run time by its clock ticks' truncation (two 10 ms ticks).
+  constexpr std::uint64_t kSlack = 100'000'000;
+  EXPECT_GT(total, 300'000'000U) << "the child hardly ran";
+  EXPECT_LE(reported, total + kSlack) << "reported " << reported << " ns of " << total;
+  EXPECT_GE(reported + kSlack, total) << "reported " << reported << " ns of " << total;
+}
+
+// idle_backoff: a sleeping single-threaded process is looked at less and less often, down to
+// once in kIdleBackoffMax + 1 samples; once it runs, at every sample again.
+TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs) {
+  int fds[2];
+  ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[1]);
+    // Sleeps until a byte comes, then burns half a CPU.
+    pollfd p{fds[0], POLLIN, 0};
+    while (poll(&p, 1, -1) != 1) {
+    }
+    half_busy_child(fds[0]);
+  }
+  close(fds[0]);
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
+  const SampleMode modes[] = {SampleMode::idle_backoff};
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  for (int i = 0; i < 200; ++i) {  // until it sleeps in poll()
+    s.sample(pids, modes, t += 1000, out);
+    if (out[0].state == 'S') break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(out[0].state, 'S');
+  s.sample(pids, modes, t += 1000, out);  // after its last run: the baseline (or its first look)
+  // Asleep: the n-th look that finds it idle skips the next min(n, 4) samples. Of 25 samples,
+  // 7 look and 18 skip (1 + 2 + 3 + 4 + 4 + 4), or, when the sample above was already a first
+  // look, 6 look and 19 skip (1 + 2 + 3 + 4 + 4 + 4 + 1).
+  int skipped = 0;
+  for (int i = 0; i < 25; ++i) {
+    s.sample(pids, modes, t += 1000, out);
+    ASSERT_FALSE(out[0].gone);
+    if (out[0].skipped) ++skipped;
+  }
+  EXPECT_GE(skipped, 18);
+  EXPECT_LE(skipped, 19);
+  EXPECT_EQ(s.idle_skipped_samples(), static_cast<std::uint64_t>(skipped));
+  // Woken, it runs: the next look sees it, and from then on every sample reads it.
+  ASSERT_EQ(write(fds[1], "w", 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  int looks_before_run = 0;
+  for (; looks_before_run <= static_cast<int>(SignalSampler::kIdleBackoffMax); ++looks_before_run) {
+    s.sample(pids, modes, t += 1000, out);
+    if (!out[0].skipped) break;
+  }
+  EXPECT_LE(looks_before_run, static_cast<int>(SignalSampler::kIdleBackoffMax));
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.sample(pids, modes, t += 1000, out);
+    EXPECT_FALSE(out[0].skipped) << "sample " << i;
+  }
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(fds[1]);
 }
 
 TEST(Signals, a_process_that_runs_is_read_in_full) {
