@@ -259,8 +259,7 @@ collect::SampleMode Daemon::sample_mode(std::uint32_t pid, const Tracked& t,
     // is only matched by a rule (a pod's other processes, often asleep for long) is looked at
     // less often while it sleeps; GPU owners and their workers every tick.
     if (t.role == collect::ProcessRole::gpu_owner) return SampleMode::full;
-    return t.role == collect::ProcessRole::matched ? SampleMode::idle_backoff
-                                                   : SampleMode::no_nccl;
+    return t.role == collect::ProcessRole::matched ? SampleMode::idle_backoff : SampleMode::no_nccl;
   }
   // Phases from events: no signal of the periodic rules is needed. Without process events the
   // stat of every tick is how the daemon learns the process exited.

@@ -36,9 +36,10 @@ std::vector<std::string> TableFullLog::check(std::span<const telemetry::NamedCou
     if (c.value == 0) continue;
     for (const TableFull& t : kTablesFull) {
       if (c.name != t.counter || !logged_.insert(c.name).second) continue;
-      lines.push_back(fmt::format("{} {} so far (metric kind {}); the scheduler and the probes keep "
-                                  "running",
-                                  c.value, t.what, c.name));
+      lines.push_back(
+          fmt::format("{} {} so far (metric kind {}); the scheduler and the probes keep "
+                      "running",
+                      c.value, t.what, c.name));
     }
   }
   return lines;

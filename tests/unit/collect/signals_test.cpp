@@ -423,7 +423,8 @@ std::uint64_t stat_cpu_ns(pid_t pid) {
   std::getline(in, line);
   auto st = sys::parse_stat(line);
   if (!st) return 0;
-  return (st->utime_ticks + st->stime_ticks) * kSecond / static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
+  return (st->utime_ticks + st->stime_ticks) * kSecond /
+         static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
 }
 
 // cpu_time mode: a single-threaded process that runs is answered from its schedstat, its stat

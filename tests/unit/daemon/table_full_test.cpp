@@ -33,8 +33,8 @@ TEST(TableFullLog, says_once_per_counter_what_a_full_table_costs) {
 
 TEST(TableFullLog, ignores_counters_that_are_not_about_a_full_table) {
   TableFullLog log;
-  const std::vector<NamedCounter> c = {{"starve_rescue", 9}, {"phase_events_lost", 4},
-                                       {"kick_preempt", 1}};
+  const std::vector<NamedCounter> c = {
+      {"starve_rescue", 9}, {"phase_events_lost", 4}, {"kick_preempt", 1}};
   EXPECT_TRUE(log.check(c).empty());
 }
 
