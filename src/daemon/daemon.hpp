@@ -201,6 +201,9 @@ class Daemon final : private ControlHost {
   // their scratch, what discovery last ran with, and when it lists all of /proc next.
   static constexpr std::uint64_t kRescanNs = 30'000'000'000;
   static constexpr std::uint32_t kAttrScansWithNvml = 4;  // see open_process_events()
+  // NVML's list every tick for this long after a fork or an exec, else every poll tick.
+  static constexpr std::uint64_t kNvmlEagerNs = 30'000'000'000;
+  std::uint64_t last_spawn_ns_ = 0;  // the tick that last saw a fork or an exec event
   std::unique_ptr<collect::ProcEvents> proc_events_;
   std::vector<collect::ProcEvent> proc_event_buf_;
   collect::GpuProcessMap discovered_nvml_;

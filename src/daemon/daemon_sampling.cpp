@@ -7,9 +7,10 @@
 // Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon
 // reads them every tick: an exit drops a tracked process at once; forks, execs and renames go to
 // discovery, which re-reads only those processes, at the next poll tick, or at once when a
-// tracked GPU owner forked (a DataLoader worker); NVML's list is read every poll tick, and a new
-// process in it is followed then; all of /proc is listed every kRescanNs only (a safety net), or
-// at once when events were lost. A process whose phases come from events is not read every
+// tracked GPU owner forked (a DataLoader worker); NVML's list is read every tick while any
+// process was forked or exec'd within kNvmlEagerNs, else every poll tick, and a new process in it
+// is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
+// events were lost. A process whose phases come from events is not read every
 // tick, only on publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's
 // other processes' CPU time (SampleMode::cpu_time: a single-threaded one's from its schedstat,
 // its stat every tenth time). Without process
@@ -121,14 +122,17 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
     } else if (e.kind == collect::ProcEventKind::fork) {
       // A tracked process's child (a DataLoader worker of a GPU owner) is followed at once.
       urgent = urgent || tracked_.contains(e.ppid);
+      last_spawn_ns_ = now_ns;
     } else if (tracked_.contains(e.pid)) {
       urgent = true;  // a tracked process exec'd or renamed itself
     }
+    if (e.kind == collect::ProcEventKind::exec) last_spawn_ns_ = now_ns;
   }
   discovery_.apply(proc_event_buf_, now_ns);
-  if (nvml_ && poll_tick) {
-    // NVML's list every poll tick (a process with a new GPU context is followed within one
-    // poll interval), and at every discovery the events ask for (poll_processes reads it then).
+  if (nvml_ && (poll_tick || now_ns < last_spawn_ns_ + kNvmlEagerNs)) {
+    // NVML's list every tick while a process was forked or exec'd within kNvmlEagerNs (a new
+    // rank creates its GPU context in its first seconds: it is followed at once), else every
+    // poll tick; and at every discovery the events ask for (poll_processes reads it then).
     read_nvml_processes();
     nvml_procs_fresh_ = true;
     urgent = urgent || nvml_procs_ != discovered_nvml_;
