@@ -28,18 +28,22 @@
 // a stat's cost): it has neither run nor woken, so its CPU time, its blocked-I/O ticks (the
 // kernel adds them when the task wakes) and its state are what they were (skip_unchanged).
 //
-// Per process and sample, how much (SampleMode): everything (full); no NCCL check (no_nccl: a
-// process the NCCL rule cannot apply to, whose futex waits are not counted); no_nccl for a
-// process that may sleep for long (idle_backoff: a single-threaded process found not to have
-// run n samples in a row skips the next min(n, kIdleBackoffMax) samples, so a sleeping one costs
-// one schedstat read every kIdleBackoffMax + 1 samples; the first sample that finds it ran
-// ends the back-off); only stat
-// (stat_only: CPU time and state, for a process whose phase comes from events); only the CPU
-// time (cpu_time: for a tenant's account; a single-threaded process that ran is answered from
-// its schedstat's run time, which for one thread is its CPU time, and its stat is read every
-// kCpuTimeStatEvery samples to see that it still has one thread: the CPU of threads it started
-// meanwhile is counted then; `state` is not read); or nothing this time (skip: its state is
-// kept, so its next sample measures the interval since its last one).
+// Per process and sample, how much (SampleMode):
+//   full          everything;
+//   no_nccl       no NCCL check (a process the NCCL rule cannot apply to, whose futex waits are
+//                 not counted);
+//   idle_backoff  no_nccl for a process that may sleep for long: a single-threaded process found
+//                 not to have run n samples in a row skips the next min(n, kIdleBackoffMax)
+//                 samples, so a sleeping one costs one schedstat read every kIdleBackoffMax + 1
+//                 samples; the first sample that finds it ran ends the back-off;
+//   stat_only     CPU time and state (a process whose phase comes from events);
+//   cpu_time      the CPU time only (a tenant's account): a single-threaded process that ran is
+//                 answered from its schedstat's run time, which for one thread is its CPU time,
+//                 and its stat is read every kCpuTimeStatEvery samples to see that it still has
+//                 one thread (the CPU of threads it started meanwhile is counted then); `state`
+//                 is not read then;
+//   skip          nothing this time: its state is kept, so its next sample measures the interval
+//                 since its last one.
 //
 // The taskstats netlink interface (one TGID query per process, including exited threads) would be
 // cheaper, at the price of a netlink socket and CAP_NET_ADMIN; /proc is what the design names and

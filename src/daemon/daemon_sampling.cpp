@@ -10,12 +10,13 @@
 // tracked GPU owner forked (a DataLoader worker); NVML's list is read every tick while any
 // process was forked or exec'd within kNvmlEagerNs, else every poll tick, and a new process in it
 // is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
-// events were lost. A process whose phases come from events is not read every
-// tick, only on publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's
-// other processes' CPU time (SampleMode::cpu_time: a single-threaded one's from its schedstat,
-// its stat every tenth time). Without process
-// events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and
-// every tracked process is read every tick, as before.
+// events were lost. A process whose phases come from events is not read every tick, only on
+// publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's other
+// processes' CPU time (SampleMode::cpu_time: a single-threaded one's from its schedstat, its stat
+// every tenth time). Processes under the periodic rules are read every tick, those matched only
+// by a rule less often while they sleep (SampleMode::idle_backoff). Without process events (no
+// CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and every tracked
+// process is read every tick, as before.
 
 #include <spdlog/spdlog.h>
 
