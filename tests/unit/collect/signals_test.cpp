@@ -393,28 +393,62 @@ TEST(Signals, a_single_threaded_process_that_has_not_run_is_answered_from_scheds
   EXPECT_EQ(s.unchanged_samples(), before + 3);
 }
 
-// Burns about half of a CPU in 2 ms pieces until killed; a byte on `cmd` starts a second
-// thread that does the same.
-[[noreturn]] void half_busy_child(int cmd) {
-  const auto burn = [] {
-    for (;;) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-      volatile std::uint64_t sink = 0;
-      while (std::chrono::steady_clock::now() < until) sink = sink + 1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  };
-  char c = 0;
-  while (read(cmd, &c, 1) != 1) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-    volatile std::uint64_t sink = 0;
-    while (std::chrono::steady_clock::now() < until) sink = sink + 1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  std::thread(burn).detach();
-  burn();
-  _exit(0);  // not reached
+// 2 ms on a CPU, then 2 ms asleep.
+void burn_piece() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  volatile std::uint64_t sink = 0;
+  while (std::chrono::steady_clock::now() < until) sink = sink + 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
 }
+
+// A forked child that burns about half of a CPU in burn_piece()s until it is killed (by the
+// destructor); a byte from send() starts a second thread that does the same. With `asleep` it
+// first sleeps in poll() until a byte comes, and then burns with one thread.
+class BusyChild {
+ public:
+  explicit BusyChild(bool asleep) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(fds[1]);
+      run(fds[0], asleep);
+    }
+    close(fds[0]);
+    cmd_ = fds[1];
+  }
+  ~BusyChild() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (cmd_ >= 0) close(cmd_);
+  }
+  BusyChild(const BusyChild&) = delete;
+  BusyChild& operator=(const BusyChild&) = delete;
+
+  [[nodiscard]] pid_t pid() const { return pid_; }
+  bool send() const { return cmd_ >= 0 && write(cmd_, "x", 1) == 1; }
+
+ private:
+  [[noreturn]] static void run(int cmd, bool asleep) {
+    char c = 0;
+    if (asleep) {
+      pollfd p{cmd, POLLIN, 0};
+      while (poll(&p, 1, -1) != 1) {
+      }
+      (void)!read(cmd, &c, 1);
+    }
+    while (read(cmd, &c, 1) != 1) burn_piece();
+    std::thread([] {
+      for (;;) burn_piece();
+    }).detach();
+    for (;;) burn_piece();
+  }
+
+  pid_t pid_ = -1;
+  int cmd_ = -1;
+};
 
 // utime + stime of a process, ns (clock ticks of 10 ms).
 std::uint64_t stat_cpu_ns(pid_t pid) {
@@ -431,15 +465,9 @@ std::uint64_t stat_cpu_ns(pid_t pid) {
 // read every kCpuTimeStatEvery samples; the CPU of a thread it started in between is counted at
 // that read, so the sum of what the samples report is the process's CPU time.
 TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_its_new_threads) {
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(fds[1]);
-    half_busy_child(fds[0]);
-  }
-  close(fds[0]);
+  const BusyChild busy(/*asleep=*/false);
+  const pid_t child = busy.pid();
+  ASSERT_GT(child, 0);
   SignalSampler s;
   const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
   const SampleMode modes[] = {SampleMode::cpu_time};
@@ -464,7 +492,7 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
   const std::uint64_t from_schedstat = s.schedstat_cpu_samples();
   EXPECT_GE(from_schedstat, SignalSampler::kCpuTimeStatEvery);  // most samples: one pread
   // A second thread.
-  ASSERT_EQ(write(fds[1], "t", 1), 1);
+  ASSERT_TRUE(busy.send());
   for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     sample();
@@ -473,9 +501,6 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   sample();
   const std::uint64_t total = stat_cpu_ns(child) - first;
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  close(fds[1]);
   // Each stat read may differ from the run time by its clock ticks' truncation (two 10 ms ticks).
   constexpr std::uint64_t kSlack = 100'000'000;
   EXPECT_GT(total, 300'000'000U) << "the child hardly ran";
@@ -486,19 +511,9 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
 // idle_backoff: a sleeping single-threaded process is looked at less and less often, down to
 // once in kIdleBackoffMax + 1 samples; once it runs, at every sample again.
 TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs) {
-  int fds[2];
-  ASSERT_EQ(pipe2(fds, O_CLOEXEC | O_NONBLOCK), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    close(fds[1]);
-    // Sleeps until a byte comes, then burns half a CPU.
-    pollfd p{fds[0], POLLIN, 0};
-    while (poll(&p, 1, -1) != 1) {
-    }
-    half_busy_child(fds[0]);
-  }
-  close(fds[0]);
+  const BusyChild busy(/*asleep=*/true);
+  const pid_t child = busy.pid();
+  ASSERT_GT(child, 0);
   SignalSampler s;
   const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child)};
   const SampleMode modes[] = {SampleMode::idle_backoff};
@@ -524,7 +539,7 @@ TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs)
   EXPECT_LE(skipped, 19);
   EXPECT_EQ(s.idle_skipped_samples(), static_cast<std::uint64_t>(skipped));
   // Woken, it runs: the next look sees it, and from then on every sample reads it.
-  ASSERT_EQ(write(fds[1], "w", 1), 1);
+  ASSERT_TRUE(busy.send());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   int looks_before_run = 0;
   for (; looks_before_run <= static_cast<int>(SignalSampler::kIdleBackoffMax); ++looks_before_run) {
@@ -537,9 +552,6 @@ TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs)
     s.sample(pids, modes, t += 1000, out);
     EXPECT_FALSE(out[0].skipped) << "sample " << i;
   }
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
-  close(fds[1]);
 }
 
 TEST(Signals, a_process_that_runs_is_read_in_full) {
