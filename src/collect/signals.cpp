@@ -178,7 +178,9 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
 
 bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
                                             ProcessSignals& out) {
-  if (s.schedstat_only + 1 >= kCpuTimeStatEvery || st.run_ns < s.run_ns) return false;
+  if (s.run_ns == 0 || s.schedstat_only + 1 >= kCpuTimeStatEvery || st.run_ns < s.run_ns) {
+    return false;  // no baseline yet, the stat is due, or the run time went backwards
+  }
   // Alone in its process at the last stat read: the thread's run time is the process's CPU
   // time (threads it started since are counted at the next stat read).
   const std::uint64_t ran = st.run_ns - s.run_ns;
@@ -235,18 +237,16 @@ void SignalSampler::keep_stat_descriptors(PidState& s, const sys::ProcStat& st,
       s.schedstat_fd.valid() || !s.stat_fd.valid() || open_files_ >= options_.max_open_files) {
     return;
   }
-  // Opened through the process's directory like stat, so it is tied to the same process; its
-  // first values are the baseline (a run between the two reads shows as a change next time).
+  // Opened through the process's directory like stat, so it is tied to the same process. No
+  // baseline yet (run_ns 0): read after the stat, it could include a run that ended after the
+  // stat said R, and every later sample would answer R from it; the next sample reads schedstat
+  // first and then the stat, which makes a true baseline.
   if (dir.open() != 0) return;
   s.schedstat_fd = sys::UniqueFd(::openat(dir.fd.get(), "schedstat", O_RDONLY | O_CLOEXEC));
   if (!s.schedstat_fd.valid()) return;
   ++open_files_;
-  if (pread_proc_file(s.schedstat_fd.get(), buf_, 256) == 0) {
-    if (auto sched = parse_schedstat(buf_)) {
-      s.run_ns = sched->run_ns;
-      s.timeslices = sched->timeslices;
-    }
-  }
+  s.run_ns = 0;
+  s.timeslices = 0;
 }
 
 float SignalSampler::io_wait_fraction_since(const PidState& s, std::uint64_t now_ns) const {

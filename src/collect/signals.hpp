@@ -185,7 +185,7 @@ class SignalSampler {
   // process under that pid (`out.restarted`).
   PidState& state_for_stat(std::uint32_t pid, const sys::ProcStat& st, ProcessSignals& out);
   // keep_files_open: keeps the newly opened stat, and for skip_unchanged the schedstat of a
-  // single-threaded process with its first values as the baseline, while there is room.
+  // single-threaded process (its baseline comes from the next sample), while there is room.
   void keep_stat_descriptors(PidState& s, const sys::ProcStat& st, sys::UniqueFd& fresh_stat,
                              PidDir& dir);
   // measure_io_wait: reads the threads' blkio ticks into s.threads and sets
