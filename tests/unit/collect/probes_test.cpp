@@ -1418,6 +1418,24 @@ TEST_F(PhaseEvents, counts_its_events) {
   EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
 }
 
+// Waits (1 s at most) until the process's state is S: a child that replied is then asleep in
+// its read() for the next command, so that command ends a data wait (sent earlier, under load,
+// it is read without sleeping, and the step makes no change).
+bool wait_asleep(pid_t pid) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  for (int i = 0; i < 10'000; ++i) {
+    char buf[512] = {};
+    FILE* f = std::fopen(path.c_str(), "re");
+    if (f == nullptr) return false;
+    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const char* close = std::strrchr(buf, ')');
+    if (n > 0 && close != nullptr && close[1] == ' ' && close[2] == 'S') return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return false;
+}
+
 // A ring buffer of one page (128 records) and 150 steps of a rank that are not drained: each
 // step is a data wait and the batch's arrival, two changes, so most of them find the ring full.
 // The drain must still end with the thread's real last change (DataLoading: it waits for the
@@ -1439,6 +1457,7 @@ TEST(PhaseEventsOverflow, recovers_the_last_change_of_a_thread_after_the_ring_ov
   const ProbeStats before = probes.stats();
   std::uint64_t last_step_ns = 0;
   for (int i = 0; i < 150; ++i) {
+    ASSERT_TRUE(wait_asleep(child.pid()));
     last_step_ns = monotonic_ns();
     ASSERT_TRUE(child.send('G'));
     ASSERT_EQ(child.expect(), 'd');
@@ -1447,7 +1466,10 @@ TEST(PhaseEventsOverflow, recovers_the_last_change_of_a_thread_after_the_ring_ov
   std::vector<PhaseEvent> events;
   probes.drain_phase_events(events);
   const ProbeStats after = probes.stats();
-  ASSERT_GT(after.phase_events_lost, before.phase_events_lost) << "the ring did not overflow";
+  ASSERT_GT(after.phase_events_lost, before.phase_events_lost)
+      << "the ring did not overflow: " << after.phase_events - before.phase_events
+      << " changes sent, " << events.size() << " drained, no storage "
+      << after.phase_no_storage - before.phase_no_storage;
   EXPECT_EQ(after.unsent_failed, before.unsent_failed);
   EXPECT_EQ(after.phase_recovered - before.phase_recovered, 1U);
 
@@ -1465,6 +1487,7 @@ TEST(PhaseEventsOverflow, recovers_the_last_change_of_a_thread_after_the_ring_ov
 
   // Drained: the next changes go through the ring again, and nothing stale comes back.
   events.clear();
+  ASSERT_TRUE(wait_asleep(child.pid()));
   ASSERT_TRUE(child.send('G'));
   ASSERT_EQ(child.expect(), 'd');
   std::this_thread::sleep_for(20ms);
