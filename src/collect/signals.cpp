@@ -169,11 +169,15 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
   if (options_.measure_io_wait && reads_threads(mode) && elapsed && s.threads_valid) {
     out.io_wait_fraction = 0.0F;
   }
+  answered(s, now_ns);
+  ++unchanged_samples_;
+  return true;
+}
+
+void SignalSampler::answered(PidState& s, std::uint64_t now_ns) const {
   s.generation = generation_;
   s.last_ns = now_ns;
   if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
-  ++unchanged_samples_;
-  return true;
 }
 
 bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
@@ -190,9 +194,7 @@ bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, st
   s.timeslices = st.timeslices;
   s.schedstat_cpu_ns = saturating_add(s.schedstat_cpu_ns, ran);
   ++s.schedstat_only;
-  s.generation = generation_;
-  s.last_ns = now_ns;
-  if (s.samples < std::numeric_limits<std::uint32_t>::max()) ++s.samples;
+  answered(s, now_ns);
   ++schedstat_cpu_samples_;
   return true;
 }

@@ -204,6 +204,8 @@ class SignalSampler {
   // is due (every kCpuTimeStatEvery samples) or the run time went backwards.
   bool cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
                                ProcessSignals& out);
+  // A sample answered from schedstat alone: `s` counts it as this generation's, taken at now_ns.
+  void answered(PidState& s, std::uint64_t now_ns) const;
   // Fills threads_ with (tid, blkio ticks) of every readable thread. Returns 0 or the errno
   // value of listing task/ (ENOENT/ESRCH: the process is gone).
   int read_threads(int pid_dirfd);

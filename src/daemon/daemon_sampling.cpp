@@ -123,11 +123,12 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
     } else if (e.kind == collect::ProcEventKind::fork) {
       // A tracked process's child (a DataLoader worker of a GPU owner) is followed at once.
       urgent = urgent || tracked_.contains(e.ppid);
-      last_spawn_ns_ = now_ns;
     } else if (tracked_.contains(e.pid)) {
       urgent = true;  // a tracked process exec'd or renamed itself
     }
-    if (e.kind == collect::ProcEventKind::exec) last_spawn_ns_ = now_ns;
+    if (e.kind == collect::ProcEventKind::fork || e.kind == collect::ProcEventKind::exec) {
+      last_spawn_ns_ = now_ns;  // a new program may create a GPU context soon (kNvmlEagerNs)
+    }
   }
   discovery_.apply(proc_event_buf_, now_ns);
   if (nvml_ && (poll_tick || now_ns < last_spawn_ns_ + kNvmlEagerNs)) {

@@ -52,7 +52,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kOff = "GPU metrics are off";
-// Retries of a list call whose answer grew between the size query and the read.
+// Retries of a list call whose answer outgrew the buffer (the size query and the read of
+// process_utilization; the room from the previous count of compute_process_list).
 constexpr int kListAttempts = 5;
 // Spare room in a process list's buffer beyond the count of the previous list.
 constexpr unsigned int kListSlack = 8;
@@ -392,7 +393,7 @@ Result<std::vector<ComputeProcess>> Nvml::compute_process_list() const {
   for (std::uint32_t d = 0; d < devices_.size(); ++d) {
     nvmlDevice_t h = dev_handle(handles_[d]);
     // One call per GPU: a buffer with room for the processes it had last time and a few more
-    // (the daemon lists every tick); a GPU that gained more is asked again with its new count.
+    // (the daemon lists often); a GPU that gained more is asked again with its new count.
     auto room = list_room_[d] + kListSlack;
     bool done = false;
     nvmlReturn_t rc = NVML_SUCCESS;

@@ -39,6 +39,7 @@
 #include "collect/probes/gpu_sync_probes.hpp"
 #include "common/clock.hpp"
 #include "support/emulated_gpu.hpp"
+#include "support/proc_stat.hpp"
 
 #ifndef ZERNEL_FAKE_LIB_DIR
 #define ZERNEL_FAKE_LIB_DIR ""
@@ -1422,15 +1423,10 @@ TEST_F(PhaseEvents, counts_its_events) {
 // its read() for the next command, so that command ends a data wait (sent earlier, under load,
 // it is read without sleeping, and the step makes no change).
 bool wait_asleep(pid_t pid) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
   for (int i = 0; i < 10'000; ++i) {
-    char buf[512] = {};
-    FILE* f = std::fopen(path.c_str(), "re");
-    if (f == nullptr) return false;
-    const std::size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-    std::fclose(f);
-    const char* close = std::strrchr(buf, ')');
-    if (n > 0 && close != nullptr && close[1] == ' ' && close[2] == 'S') return true;
+    const auto st = test_support::read_proc_stat(pid);
+    if (!st) return false;
+    if (st->state == 'S') return true;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return false;

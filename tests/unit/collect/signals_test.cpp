@@ -10,10 +10,10 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <thread>
 
+#include "support/proc_stat.hpp"
 #include "support/temp_tree.hpp"
 
 namespace zernel::collect {
@@ -452,10 +452,7 @@ class BusyChild {
 
 // utime + stime of a process, ns (clock ticks of 10 ms).
 std::uint64_t stat_cpu_ns(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(in, line);
-  auto st = sys::parse_stat(line);
+  const auto st = test_support::read_proc_stat(pid);
   if (!st) return 0;
   return (st->utime_ticks + st->stime_ticks) * kSecond /
          static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
@@ -485,18 +482,18 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
   sample();
   const std::uint64_t first = stat_cpu_ns(child);
   ASSERT_EQ(kill(child, SIGCONT), 0);
-  for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    sample();
-  }
+  const auto sample_twice_the_stat_period = [&] {
+    for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      sample();
+    }
+  };
+  sample_twice_the_stat_period();
   const std::uint64_t from_schedstat = s.schedstat_cpu_samples();
   EXPECT_GE(from_schedstat, SignalSampler::kCpuTimeStatEvery);  // most samples: one pread
   // A second thread.
   ASSERT_TRUE(busy.send());
-  for (int i = 0; i < 2 * static_cast<int>(SignalSampler::kCpuTimeStatEvery); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    sample();
-  }
+  sample_twice_the_stat_period();
   ASSERT_EQ(kill(child, SIGSTOP), 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   sample();
