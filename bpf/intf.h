@@ -18,12 +18,15 @@
  *   zernel_task_ctx   TASK_STORAGE -> struct zernel_task_ctx (BPF writes; userspace may look a
  *                     live thread up with a pidfd key)
  * Global (the skeleton's .bss, memory-mapped by the loader):
- *   __u64 zernel_decision_gen   the decision generation. The loader increments it (atomically,
- *                     after the map update or delete has returned) every time it writes or deletes
- *                     entries of zernel_decisions. Each thread caches its process's decision in
- *                     its task storage and re-reads zernel_decisions only when the generation
- *                     moved, so a writer that does not increment it is not seen until some other
- *                     write does.
+ *   __u32 zernel_decision_slot_gen[ZERNEL_DECISION_SLOTS]   the decision generations, one per
+ *                     slot of processes (tgid % ZERNEL_DECISION_SLOTS). The loader increments a
+ *                     process's slot (atomically, after the map update or delete has returned)
+ *                     every time it writes or deletes that process's entry of zernel_decisions.
+ *                     Each thread caches its process's decision in its task storage and re-reads
+ *                     zernel_decisions only when its slot's generation moved, so a writer that
+ *                     does not increment the slot is not seen until some other write to it does,
+ *                     and a change to one process costs a lookup to its own threads only (and to
+ *                     those of the processes that share its slot).
  * Exit info is the scx "uei" (struct user_exit_info in scx/user_exit_info_common.h, written by
  * UEI_RECORD when the scheduler exits); the kernel's exit kinds are mirrored here as enum
  * zernel_exit_kind, the lengths of its strings as ZERNEL_UEI_*_LEN.
@@ -49,6 +52,7 @@
 /* Limits. */
 enum zernel_limits {
 	ZERNEL_MAX_TASKS = 65536,	/* decision map entries when the loader is given no size */
+	ZERNEL_DECISION_SLOTS = 4096,	/* decision generation slots (a power of two) */
 	ZERNEL_MAX_TENANTS = 1024,	/* tenant slots (policy::kMaxTenants) */
 	ZERNEL_MAX_CPUS = 1024,		/* CPU ids the scheduler handles (0..1023) */
 	ZERNEL_MAX_NODES = 64,		/* NUMA node ids (0..63) */
@@ -101,9 +105,9 @@ enum zernel_phase {
 
 /*
  * Per-process decision, keyed by tgid: every thread of the process follows it. 40 bytes.
- * Written by the loader only when it changes, followed by an increment of zernel_decision_gen;
- * each thread copies it into its task storage at its first scheduling event after the
- * increment. A torn read (the loader replacing a value while a CPU copies it) can mix two
+ * Written by the loader only when it changes, followed by an increment of its process's slot of
+ * zernel_decision_slot_gen; each thread of the process copies it into its task storage at its
+ * first scheduling event after the increment. A torn read (the loader replacing a value while a CPU copies it) can mix two
  * decisions of the same process until the increment that follows the write makes the thread
  * read it again, which is harmless.
  */
@@ -159,6 +163,11 @@ struct zernel_tenant_load {
 	X(KICK_IDLE, kick_idle)		/* idle CPUs kicked for a task queued to them from enqueue */	\
 	X(STARVE_RESCUE, starve_rescue)	/* tasks moved to the rescue DSQ by the starvation scan */	\
 	X(DECIDED, decided)		/* enqueues of tasks whose process has a decision */		\
+	X(DECISION_LOOKUP, decision_lookup) /* a thread re-read its process's decision (its	\
+					 * process's decision generation moved, decision.bpf.h; a	\
+					 * thread's first read is not counted) */			\
+	X(DECISION_LOOKUP_NONE, decision_lookup_none) /* of those, lookups that found no decision	\
+					 * (a thread of an undecided or forgotten process) */		\
 	X(UNDECIDED, undecided)		/* enqueues of tasks with no decision (weight from nice) */	\
 	X(TENANT, tenant)		/* enqueues of tasks whose process belongs to a tenant */	\
 	X(LAG_CLAMP, lag_clamp)		/* vtimes cut back to the lead bound (ran ahead alone) */	\
@@ -275,6 +284,8 @@ enum zernel_exit_kind {
 #define ZERNEL_ECODE_ACT_MASK (((1ULL << 16) - 1) << 48)
 
 /* Layout checks, compiled by clang -target bpf and by the C++ compiler alike. */
+ZERNEL_STATIC_ASSERT((ZERNEL_DECISION_SLOTS & (ZERNEL_DECISION_SLOTS - 1)) == 0,
+		     "ZERNEL_DECISION_SLOTS is a power of two");
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_decision) == 40, "zernel_decision layout");
 ZERNEL_STATIC_ASSERT(sizeof(struct zernel_phase_policy) == 24, "zernel_phase_policy layout");
 ZERNEL_STATIC_ASSERT(ZERNEL_OFF(zernel_phase_policy, flags) == 16, "zernel_phase_policy.flags");

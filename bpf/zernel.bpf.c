@@ -397,7 +397,6 @@ void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 /* A new task (or every task at attach): its storage (task.bpf.h), with no decision yet. */
 s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
-	struct bpf_cpumask *mask;
 	struct task_ctx *tctx;
 
 	tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -417,12 +416,6 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->cgroup_node = 0;
 	if (bpf_core_field_exists(args->cgroup) && args->cgroup)
 		tctx->cgroup_node = cgrp_node_id(args->cgroup);
-	mask = bpf_cpumask_create();
-	if (!mask)
-		return -ENOMEM;
-	mask = bpf_kptr_xchg(&tctx->tmp_mask, mask);
-	if (mask)
-		bpf_cpumask_release(mask);
 	return 0;
 }
 
@@ -529,9 +522,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 		scx_bpf_error("creating the DSQs: %d", ret);
 		return ret;
 	}
-	ret = build_node_masks();
+	ret = build_cpumasks();
 	if (ret) {
-		scx_bpf_error("building the NUMA node cpumasks: %d", ret);
+		scx_bpf_error("building the node and scratch cpumasks: %d", ret);
 		return ret;
 	}
 	ret = start_timer(ZERNEL_TIMER_STARVE, starve_scan, (u64)ZERNEL_STARVE_SCAN_US * 1000);

@@ -12,10 +12,11 @@
  * Node cpumasks are our own (node_masks), built in ops.init from the loader's CPU -> node table
  * (cpu_node): the kernel's per-node idle masks (6.15+, SCX_OPS_BUILTIN_IDLE_PER_NODE) are not
  * used, so that 6.12 works the same. The search of a node intersects its mask with the thread's
- * affinity in a scratch mask of the thread's own (task_ctx.tmp_mask).
- *
- * Known weakness: the scratch mask is a bpf_cpumask per task, allocated at ops.init_task (a failed
- * allocation fails the fork), used only by threads with a preference.
+ * affinity in the scratch mask of the CPU it runs on (scratch_masks: one per CPU, made in
+ * ops.init). ops.select_cpu runs with interrupts off (the waker holds p->pi_lock with them
+ * disabled), so nothing else on that CPU uses the mask meanwhile. Before issue 24 the scratch
+ * mask was a bpf_cpumask per task, allocated at ops.init_task, where a failed allocation failed
+ * the fork and every thread of the node carried one.
  */
 #ifndef ZERNEL_SCHED_CPU_CHOICE_BPF_H
 #define ZERNEL_SCHED_CPU_CHOICE_BPF_H
@@ -34,20 +35,31 @@ struct {
 	__type(value, struct node_mask);
 } node_masks SEC(".maps");
 
+/* This CPU's scratch mask (ops.select_cpu only: interrupts are off there). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct node_mask);
+} scratch_masks SEC(".maps");
+
 /* Idle CPU of the preferred node that p may use, or -1. */
-static s32 pick_idle_in_node(struct task_struct *p, struct task_ctx *tctx, s32 node)
+static s32 pick_idle_in_node(struct task_struct *p, s32 node)
 {
+	struct node_mask *entry, *scratch;
 	struct bpf_cpumask *tmp, *nm;
-	struct node_mask *entry;
-	u32 key = node;
+	u32 key = node, zero = 0;
 
 	if (node < 0 || node >= nr_nodes || node >= ZERNEL_MAX_NODES)
 		return -1;
 	entry = bpf_map_lookup_elem(&node_masks, &key);
 	if (!entry)
 		return -1;
+	scratch = bpf_map_lookup_elem(&scratch_masks, &zero);
+	if (!scratch)
+		return -1;
 	nm = entry->mask;
-	tmp = tctx->tmp_mask;
+	tmp = scratch->mask;
 	if (!nm || !tmp)
 		return -1;
 	bpf_cpumask_and(tmp, cast_mask(nm), p->cpus_ptr);
@@ -65,7 +77,7 @@ static s32 pick_preferred(struct task_struct *p, struct task_ctx *tctx)
 		return pcpu;
 	}
 	if (tctx->preferred_node >= 0) {
-		cpu = pick_idle_in_node(p, tctx, tctx->preferred_node);
+		cpu = pick_idle_in_node(p, tctx->preferred_node);
 		if (cpu >= 0) {
 			stat_inc(ZERNEL_STAT_PREF_NODE_HIT);
 			return cpu;
@@ -75,12 +87,15 @@ static s32 pick_preferred(struct task_struct *p, struct task_ctx *tctx)
 	return -1;
 }
 
-/* Node cpumasks from the loader's cpu_node table: one empty mask per node, then each CPU's bit. */
-static s32 build_node_masks(void)
+/*
+ * Node cpumasks from the loader's cpu_node table: one empty mask per node, then each CPU's bit;
+ * and an empty scratch mask per CPU.
+ */
+static s32 build_cpumasks(void)
 {
 	struct bpf_cpumask *mask;
 	struct node_mask *entry;
-	u32 node, cpu, key;
+	u32 node, cpu, key, zero = 0;
 
 	bpf_for(node, 0, nr_nodes) {
 		key = node;
@@ -106,6 +121,17 @@ static s32 build_node_masks(void)
 		if (!mask)
 			continue;
 		bpf_cpumask_set_cpu(cpu, mask);
+		mask = bpf_kptr_xchg(&entry->mask, mask);
+		if (mask)
+			bpf_cpumask_release(mask);
+	}
+	bpf_for(cpu, 0, nr_cpus) {
+		entry = bpf_map_lookup_percpu_elem(&scratch_masks, &zero, cpu);
+		if (!entry)
+			continue; /* a possible CPU id without a per-CPU area: never runs us */
+		mask = bpf_cpumask_create();
+		if (!mask)
+			return -ENOMEM;
 		mask = bpf_kptr_xchg(&entry->mask, mask);
 		if (mask)
 			bpf_cpumask_release(mask);

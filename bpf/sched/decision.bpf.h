@@ -12,13 +12,16 @@
  *
  * THE CACHE. A thread keeps a copy of its process's decision in its task storage (task_ctx:
  * weight, tenant_weight, slice_ns, latency_ns, preferred_cpu, preferred_node, tenant, phase,
- * flags), with the value of zernel_decision_gen it was read at. The loader increments the
- * generation after every write or delete, and task_ctx_get, which every hot callback uses to find
- * the thread's storage, sees a generation that differs and reads zernel_decisions once
+ * flags), with the generation of its process's slot it was read at
+ * (zernel_decision_slot_gen[tgid % ZERNEL_DECISION_SLOTS]). The loader increments a process's slot
+ * after every write or delete of its decision, and task_ctx_get, which every hot callback uses to
+ * find the thread's storage, sees a generation that differs and reads zernel_decisions once
  * (task_refresh): clamped, the node of the preferred CPU resolved, and, for a runnable thread,
  * its node and weight in the share hierarchy changed at once (task_account). Between writes that
- * is no hash lookup at all; after one, one per thread. The cost of a global generation: one
- * changed decision makes every thread of the machine look once.
+ * is no hash lookup at all; after one, one per thread of that process, and of the processes that
+ * share its slot by chance (1 in 4,096 for any other). With one generation for the whole machine
+ * (before issue 24), every changed decision made every thread of the node look once: 5 lookups
+ * per change by undecided threads in the VM check decision_scope, none since.
  *
  * Slices: a thread runs for its process's slice_ns (the phase's slice: 3 ms for an optimizer
  * step, 20 ms for GPU compute), clamped to 100 us .. 1 s; 20 ms without a decision.
@@ -28,8 +31,8 @@
  *
  * Races accepted:
  * - The loader may replace a decision while a thread copies it into its cache: the copy may mix
- *   the old and new decision of the same process until the generation increment that follows
- *   the write makes the thread copy it again (at its next scheduling event).
+ *   the old and new decision of the same process until the slot's increment that follows the
+ *   write makes the thread copy it again (at its next scheduling event).
  * - The generation is read before the lookup, so a write racing with a refresh leaves the thread
  *   with an older generation than the value it saw: it looks once more, never too few.
  */
@@ -41,11 +44,12 @@
 #include "task.bpf.h"
 
 /*
- * The decision generation (intf.h): the loader increments it after every write or delete in
- * zernel_decisions or zernel_tenants. A thread re-reads its process's decision only when this
- * moved.
+ * The decision generations (intf.h), one per slot of processes: the loader increments a process's
+ * slot after every write or delete of its decision. A thread re-reads its process's decision only
+ * when its slot's generation moved. In .bss, which nothing else writes often: every callback reads
+ * it (vtime.bpf.h keeps the values every CPU writes in a section of their own).
  */
-u64 zernel_decision_gen;
+u32 zernel_decision_slot_gen[ZERNEL_DECISION_SLOTS];
 
 /* The contract's decision map (intf.h). max_entries is set by the loader. */
 struct {
@@ -68,6 +72,12 @@ static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx
 	s32 pcpu, node;
 	u64 tw;
 
+	/* Counted from the second look on: the first (a new thread, or each thread at attach) is due. */
+	if (tctx->decision_gen != ~0ULL) {
+		stat_inc(ZERNEL_STAT_DECISION_LOOKUP);
+		if (!d)
+			stat_inc(ZERNEL_STAT_DECISION_LOOKUP_NONE);
+	}
 	tctx->decision_gen = gen;
 	tctx->applied_phase = ZERNEL_NO_PHASE; /* phase_follow applies the thread's phase again */
 	if (!d) {
@@ -114,7 +124,7 @@ static __always_inline struct task_ctx *task_ctx_get(struct task_struct *p)
 
 	if (!tctx)
 		return NULL;
-	gen = *(volatile u64 *)&zernel_decision_gen;
+	gen = *(volatile u32 *)&zernel_decision_slot_gen[p->tgid & (ZERNEL_DECISION_SLOTS - 1)];
 	if (tctx->decision_gen != gen)
 		task_refresh(p, tctx, gen);
 	return tctx;

@@ -59,8 +59,13 @@ struct {
 	__type(value, struct znode);
 } nodes SEC(".maps");
 
-/* The root node lives in .bss: root-cgroup threads, most of a test VM's, need no map lookup. */
-static struct znode root_node;
+/*
+ * The root node lives in global data, in a section of its own (every CPU writes its counters at
+ * the wakeups and sleeps of root-cgroup threads: kept off the lines that every callback only
+ * reads, such as the decision generations): root-cgroup threads, most of a test VM's, need no
+ * map lookup.
+ */
+private(ZROOT) struct znode root_node;
 /* Moves at every change of the tree (above): share caches older than it are stale. */
 static u64 tree_gen = 1;
 private(ZTREE) struct bpf_spin_lock tree_lock;

@@ -24,15 +24,14 @@ enum {
 };
 
 /*
- * Task storage: the shared part (intf.h), a scratch cpumask for the node search, and the
- * process's decision as this thread last read it (refreshed when zernel_decision_gen moves), so
- * that a callback finds all it needs about the thread in one task-storage lookup, and no hash
- * lookup. The order of the fields is the layout; each says which part writes it.
+ * Task storage: the shared part (intf.h) and the process's decision as this thread last read it
+ * (refreshed when its slot's generation moves), so that a callback finds all it needs about the
+ * thread in one task-storage lookup, and no hash lookup. The order of the fields is the layout; each says which part writes it.
  */
 struct task_ctx {
 	struct zernel_task_ctx pub;
-	struct bpf_cpumask __kptr *tmp_mask; /* scratch for pick_idle_in_node (cpu_choice.bpf.h) */
-	u64 decision_gen;   /* zernel_decision_gen the decision below was read at; ~0 = never */
+	u64 decision_gen;   /* its process's slot generation the decision below was read at
+			     * (decision.bpf.h); ~0 = never */
 	u64 slice_ns;	    /* ns: the decision's slice, clamped; SLICE_DFL_NS without one */
 	u64 latency_ns;	    /* ns: latency target; 0 = none */
 	u64 cgroup_node;    /* node id of its cgroup (0 = the root cgroup): ops.cgroup_move */

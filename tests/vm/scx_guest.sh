@@ -101,6 +101,35 @@ check_attach() {
   kill $hog; wait $hog 2> /dev/null
 }
 
+# Decision lookups only where a decision changed (issue 24 item 2): one decided process whose
+# decision the driver changes every 10 ms (--rewrite), beside two hogs and four threads that wake
+# every 2 ms, none of them decided. A thread re-reads its process's decision only when that
+# process's generation moved: the undecided ones (and the guest's own threads) look at most once
+# per 20 changes (a slot they share by chance), not after every change.
+check_decision_scope() {
+  zernel-scx-probe spin 40 & d1=$!
+  zernel-scx-probe spin 40 & u1=$!
+  zernel-scx-probe spin 40 & u2=$!
+  dutys=''
+  for _ in 1 2 3 4; do zernel-scx-probe duty 1 1 40 & dutys="$dutys $!"; done
+  start_driver --run-seconds 6 --interval-ms 10 --rewrite --decision "$d1:weight=2000" ||
+    { kill $d1 $u1 $u2 $dutys; return; }
+  wait $drv
+  rc=$?
+  kill $d1 $u1 $u2 $dutys 2> /dev/null; wait $d1 $u1 $u2 $dutys 2> /dev/null
+  written=$(json_num written)
+  looks=$(json_num decision_lookup)
+  none=$(json_num decision_lookup_none)
+  r "decision scope: $written decisions written, $looks lookups, $none of them found none"
+  if [ "$rc" != 0 ] || [ -z "$written" ] || [ "$written" -lt 100 ]; then
+    bad "decision scope: rc=$rc, $written writes (want >= 100): $(tail -n 3 /tmp/drv.err)"
+  elif [ $((none * 20)) -le "$written" ]; then
+    ok "decision scope: undecided threads looked $none times for $written changes (<= 1 in 20)"
+  else
+    bad "decision scope: undecided threads looked $none times for $written changes (> 1 in 20)"
+  fi
+}
+
 # The kernel ejects the scheduler (an scx_bpf_error() injected by the test knob, then sysrq-S):
 # the driver reports the exit kind, reason and restart advice, and every task keeps running.
 check_eject_fail() {
@@ -756,7 +785,7 @@ check_sharing() {
 r "kernel $(uname -r), sched_ext state $(state)"
 for check in "$@"; do
   case $check in
-    attach|eject_fail|kill9|weights|latency|churn|bench|sharing) "check_$check" ;;
+    attach|decision_scope|eject_fail|kill9|weights|latency|churn|bench|sharing) "check_$check" ;;
     *) bad "unknown check $check" ;;
   esac
 done

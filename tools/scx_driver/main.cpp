@@ -5,7 +5,8 @@
 //
 //   zernel-scx-driver --decision PID:weight=3000,preempt=1,latency_us=50,slice_us=3000,cpu=1,
 //                     tenant=0:300,phase=DataLoading [--decision ...] [--run-seconds S]
-//                     [--partial] [--starve-ms MS] [--inject-error-ms MS] [--stats] [--verbose]
+//                     [--partial] [--starve-ms MS] [--inject-error-ms MS] [--rewrite]
+//                     [--stats] [--verbose]
 //
 // Keys of a decision (all optional): weight (kernel scale, 1024 = priority 0) or priority (policy
 // scale, -20..20), preempt (0/1), latency_us, slice_us, cpu (preferred CPU), tenant=SLOT:WEIGHT
@@ -146,6 +147,7 @@ int main(int argc, char** argv) {
   std::uint64_t starve_ms = 0;
   std::uint32_t interval_ms = 100;
   std::uint64_t inject_error_ms = 0;
+  bool rewrite = false;
   app.add_option("--decision", specs,
                  "PID:weight=N,priority=P,preempt=0|1,latency_us=N,slice_us=N,cpu=N,"
                  "tenant=SLOT:WEIGHT,phase=NAME (repeatable)");
@@ -158,6 +160,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1U, 60000U));
   app.add_option("--inject-error-ms", inject_error_ms,
                  "tests: the scheduler calls scx_bpf_error() this long after loading");
+  app.add_flag("--rewrite", rewrite,
+               "tests: change every decision at each interval (its slice by 1 us, back and "
+               "forth), so that each apply writes it and moves its process's generation");
   app.add_flag("--stats", print_stats, "print counters and exit info as JSON at the end");
   app.add_flag("-v,--verbose", verbose, "debug logging (libbpf included)");
   CLI11_PARSE(app, argc, argv);
@@ -200,6 +205,7 @@ int main(int argc, char** argv) {
   spdlog::info("attached; {} decisions written", backend.write_counters().written);
 
   bool ejected = false;
+  bool rewritten = false;  // --rewrite: the slices are 1 us longer than given
   while (g_stop == 0) {
     auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (run_seconds > 0 && elapsed >= run_seconds) break;
@@ -217,6 +223,10 @@ int main(int argc, char** argv) {
       backend.forget(d.pid);
       return true;
     });
+    if (rewrite) {
+      for (auto& d : decisions) d.slice_ns = rewritten ? d.slice_ns - 1000 : d.slice_ns + 1000;
+      rewritten = !rewritten;
+    }
     if (auto r = backend.apply(decisions); !r) {
       spdlog::error("{}", r.error().message());
       ejected = !backend.running();

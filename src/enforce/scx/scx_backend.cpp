@@ -341,7 +341,7 @@ std::string_view ScxBackend::exit_kind() {
 }
 
 std::optional<zernel_task_ctx> ScxBackend::task_ctx(std::uint32_t tid) const {
-  // Task storage is keyed by a pidfd; the BPF value is the shared struct plus a kptr.
+  // Task storage is keyed by a pidfd; the BPF value is the shared struct, then the BPF side's own.
   int fd = zernel_scx_map_fd(handle_, ZERNEL_SCX_MAP_TASK_CTX);
   bpf_map_info info{};
   std::uint32_t len = sizeof info;
@@ -417,7 +417,7 @@ Result<void> ScxBackend::apply(std::span<const policy::Decision> decisions) {
   }
   auto r = write_batch(keys, values);
   // Also after a failure: part of the batch may be in the map.
-  if (!keys.empty()) zernel_scx_decisions_changed(handle_);
+  if (!keys.empty()) zernel_scx_decisions_changed(handle_, keys.data(), keys.size());
   if (!r) {
     // What was written is unknown: forget the cache of these pids so that the next tick
     // rewrites them.
@@ -442,7 +442,7 @@ void ScxBackend::forget(std::uint32_t pid) {
   if (attached_ && bpf_map_delete_elem(decisions_fd_, &pid) != 0 && errno != ENOENT) {
     spdlog::warn("sched_ext: deleting the decision of pid {}: {}", pid, std::strerror(errno));
   }
-  if (attached_) zernel_scx_decisions_changed(handle_);
+  if (attached_) zernel_scx_decisions_changed(handle_, &pid, 1);
   ++counters_.deleted;
   if (options_.partial) restore_policy(pid);
 }

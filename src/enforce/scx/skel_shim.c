@@ -355,11 +355,17 @@ int zernel_scx_map_fd(const struct zernel_scx *s, enum zernel_scx_map m)
 	return -EINVAL;
 }
 
-void zernel_scx_decisions_changed(struct zernel_scx *s)
+void zernel_scx_decisions_changed(struct zernel_scx *s, const __u32 *tgids, size_t n)
 {
-	/* After the map update or delete (a system call: ordered before this store). */
-	if (s && s->skel && s->skel->bss)
-		__atomic_fetch_add(&s->skel->bss->zernel_decision_gen, 1, __ATOMIC_RELEASE);
+	size_t i;
+
+	if (!s || !s->skel || !s->skel->bss || !tgids)
+		return;
+	/* After the map update or delete (a system call: ordered before these stores). */
+	for (i = 0; i < n; i++)
+		__atomic_fetch_add(
+			&s->skel->bss->zernel_decision_slot_gen[tgids[i] & (ZERNEL_DECISION_SLOTS - 1)],
+			1, __ATOMIC_RELEASE);
 }
 
 int zernel_scx_exited(const struct zernel_scx *s, struct zernel_scx_exit *out)

@@ -77,9 +77,10 @@ void zernel_scx_detach(struct zernel_scx *s);
 void zernel_scx_destroy(struct zernel_scx *s);
 
 int zernel_scx_map_fd(const struct zernel_scx *s, enum zernel_scx_map m);
-/* Tells the BPF side that zernel_decisions changed (intf.h, zernel_decision_gen): call after
- * every update or delete of its entries, also after a failed batch (part may be written). */
-void zernel_scx_decisions_changed(struct zernel_scx *s);
+/* Tells the BPF side that the decisions of these n processes changed (intf.h,
+ * zernel_decision_slot_gen): call after every update or delete of their entries, also after a
+ * failed batch (part may be written). */
+void zernel_scx_decisions_changed(struct zernel_scx *s, const __u32 *tgids, size_t n);
 /* 1 when the scheduler has exited (out filled), 0 while it runs (or before attach). */
 int zernel_scx_exited(const struct zernel_scx *s, struct zernel_scx_exit *out);
 /* The debug dump the kernel wrote at an error exit ("" if none). */
