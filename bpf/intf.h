@@ -51,15 +51,15 @@
 
 /* Limits. */
 enum zernel_limits {
-	ZERNEL_MAX_TASKS = 65536,	/* decision map entries when the loader is given no size */
-	ZERNEL_DECISION_SLOTS = 4096,	/* decision generation slots (a power of two) */
-	ZERNEL_MAX_TENANTS = 1024,	/* tenant slots (policy::kMaxTenants) */
-	ZERNEL_MAX_CPUS = 1024,		/* CPU ids the scheduler handles (0..1023) */
-	ZERNEL_MAX_NODES = 64,		/* NUMA node ids (0..63) */
-	ZERNEL_NO_TENANT = 0xFFFF,	/* zernel_decision.tenant: the process has no tenant */
-	ZERNEL_NO_CPU = -1,		/* preferred_cpu / preferred_node: none */
-	ZERNEL_UEI_REASON_LEN = 128,	/* bytes of the exit reason (UEI_REASON_LEN) */
-	ZERNEL_UEI_MSG_LEN = 1024,	/* bytes of the exit message (UEI_MSG_LEN) */
+	ZERNEL_MAX_TASKS = 65536,     /* decision map entries when the loader is given no size */
+	ZERNEL_DECISION_SLOTS = 4096, /* decision generation slots (a power of two) */
+	ZERNEL_MAX_TENANTS = 1024,    /* tenant slots (policy::kMaxTenants) */
+	ZERNEL_MAX_CPUS = 1024,	      /* CPU ids the scheduler handles (0..1023) */
+	ZERNEL_MAX_NODES = 64,	      /* NUMA node ids (0..63) */
+	ZERNEL_NO_TENANT = 0xFFFF,    /* zernel_decision.tenant: the process has no tenant */
+	ZERNEL_NO_CPU = -1,	      /* preferred_cpu / preferred_node: none */
+	ZERNEL_UEI_REASON_LEN = 128,  /* bytes of the exit reason (UEI_REASON_LEN) */
+	ZERNEL_UEI_MSG_LEN = 1024,    /* bytes of the exit message (UEI_MSG_LEN) */
 };
 
 /* The scheduler's name: sched_ext_ops.name, as /sys/kernel/sched_ext/root/ops shows it. */

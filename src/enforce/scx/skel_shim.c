@@ -364,7 +364,8 @@ void zernel_scx_decisions_changed(struct zernel_scx *s, const __u32 *tgids, size
 	/* After the map update or delete (a system call: ordered before these stores). */
 	for (i = 0; i < n; i++)
 		__atomic_fetch_add(
-			&s->skel->bss->zernel_decision_slot_gen[tgids[i] & (ZERNEL_DECISION_SLOTS - 1)],
+			&s->skel->bss
+				 ->zernel_decision_slot_gen[tgids[i] & (ZERNEL_DECISION_SLOTS - 1)],
 			1, __ATOMIC_RELEASE);
 }
 
