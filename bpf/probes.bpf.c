@@ -193,15 +193,21 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          are not probed, docs/probes.md "Kernel launches")
  *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
  *     last (short) sync, seen when it leaves a CPU -> Unknown
+ *     slept in a futex wait (outside a GPU sync and an NCCL wait) for zernel_batch_wait_ns or
+ *     more, from OptimizerStep (or the Unknown its bound left) or from GpuCompute outside a
+ *     sync (a batch came, not the one it waits for) -> DataLoading from when it fell asleep,
+ *     then GpuCompute, committed when it wakes (the wait for a batch that a pin-memory thread
+ *     hands over in a queue: pin_memory=True; a shorter wait, the GIL's or a lock's, changes
+ *     nothing)
  *   worker (a DataLoader worker), every thread:
  *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
  *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
  *                                          committed when it wakes (then DataLoading again)
  *
  * Other futex waits (a lock, the GIL) and sleeps change nothing. A change is committed at once,
- * with the time of its event, and sent to zernel_phase_events; the two backdated ones (a long
- * sync begun in OptimizerStep, an idle worker) are sent when they are known, with the earlier
- * time.
+ * with the time of its event, and sent to zernel_phase_events; the three backdated ones (a long
+ * sync begun in OptimizerStep, a long futex wait after it, an idle worker) are sent when they
+ * are known, with the earlier time.
  *
  * COST. sched_switch runs for every context switch of the machine while any process is followed,
  * so the path of a task nobody follows is the one to keep short: it leaves at its tgid's bit in
@@ -217,6 +223,9 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
 const volatile __u64 zernel_idle_hyst_ns = 2000000;
 const volatile __u64 zernel_optimizer_max_ns = 200000000;
+/* A driver's futex wait after its optimizer step at least this long was a wait for a batch (the
+ * GIL is handed over every 5 ms: its waits are shorter). */
+const volatile __u64 zernel_batch_wait_ns = 10000000;
 /* Phases from events on: the rules below run and threads of named processes get storage. */
 const volatile __u8 zernel_phase_rules = 0;
 
@@ -499,6 +508,19 @@ static __always_inline bool nccl_wait(struct task_struct *task, const struct zer
 	return !err && nccl;
 }
 
+/*
+ * The phases a driver's long futex wait is a wait for a batch from: after its optimizer step
+ * (OptimizerStep, or the Unknown its bound left), before its first step (Unknown: the first
+ * batch), or again after a batch came (GpuCompute outside a sync). Not from DataLoading
+ * (already) nor NcclCollective.
+ */
+static __always_inline bool batch_wait_from(const struct zernel_phase_thread *st)
+{
+	return st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP ||
+	       st->phase == ZERNEL_PROBE_PHASE_GPU_COMPUTE ||
+	       st->phase == ZERNEL_PROBE_PHASE_UNKNOWN;
+}
+
 /* A thread of a followed process goes to sleep in a futex wait: counted for a tracked process. */
 static __always_inline void count_futex_wait(struct task_struct *task, __u64 *now)
 {
@@ -558,6 +580,7 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 				  now_of(&now));
 		st->data_wait = 0;
 		st->nccl_wait = 0;
+		st->sleep_ns = 0;
 	} else if (st && st->role == ZERNEL_PHASE_ROLE_RANK) {
 		if (futex_wait && nccl_wait(prev, &call)) {
 			st->nccl_wait = 1;
@@ -574,6 +597,14 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 				  now_of(&now));
 			st->data_wait = 1;
 		}
+		/*
+		 * A wait for a batch from a pin-memory thread? Known when it wakes (next). Also from
+		 * the GpuCompute of a batch that came (a sync would have been inside it, depth): the
+		 * DataLoader waits again when a later batch came first.
+		 */
+		st->sleep_ns = 0;
+		if (futex_wait && !st->depth && !st->nccl_wait && batch_wait_from(st))
+			st->sleep_ns = now_of(&now);
 	} else if (st && st->role == ZERNEL_PHASE_ROLE_WORKER) {
 		/* It ran until now (a thread first seen here was running too). */
 		phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN,
@@ -604,6 +635,16 @@ next_task:
 		if (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING)
 			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
 				  ZERNEL_CAUSE_DATA_ARRIVED, now_of(&now));
+	}
+	if (st->role == ZERNEL_PHASE_ROLE_RANK && st->sleep_ns) {
+		/* Back from a futex wait begun in batch_wait_from's phases: long, a batch's. */
+		if (now_of(&now) - st->sleep_ns >= zernel_batch_wait_ns && batch_wait_from(st)) {
+			phase_set(st, next, ZERNEL_PROBE_PHASE_DATA_LOADING,
+				  ZERNEL_CAUSE_BATCH_WAIT, st->sleep_ns);
+			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
+				  ZERNEL_CAUSE_DATA_ARRIVED, now);
+		}
+		st->sleep_ns = 0;
 	}
 	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
 		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {

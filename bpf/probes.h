@@ -210,6 +210,10 @@ enum zernel_phase_cause {
 					     there; the step's GPU work is what follows) */
 	ZERNEL_CAUSE_NOT_DRIVER = 11,	  /* a rank's main thread that had a phase while no thread
 					     had synced, now that another one has: Unknown */
+	ZERNEL_CAUSE_BATCH_WAIT = 12,	  /* a driver slept in a private futex wait for
+					     zernel_batch_wait_ns or more after its optimizer
+					     step (a batch from a pin-memory thread): DataLoading
+					     from when it fell asleep, committed when it wakes */
 };
 
 /* Per tracked process. */
@@ -224,7 +228,8 @@ struct zernel_phase_thread {
 	__u64 since_ns;		/* ns, CLOCK_MONOTONIC: when the current phase began */
 	__u64 runtime_at_since; /* ns: se.sum_exec_runtime then (the OptimizerStep bound) */
 	__u64 pending_ns;	/* ns: entry of a sync begun in OptimizerStep; 0 none */
-	__u64 sleep_ns;		/* ns: a worker's interruptible sleep began; 0 awake or in I/O */
+	__u64 sleep_ns;		/* ns: a worker's interruptible sleep began, or a driver's futex
+				   wait after its optimizer step; 0 awake (or in I/O) */
 	__u32 tgid;
 	__u8 phase;		/* enum zernel_probe_phase */
 	__u8 role;		/* enum zernel_phase_role */

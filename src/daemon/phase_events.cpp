@@ -47,6 +47,8 @@ std::string_view cause_name(std::uint8_t cause) {
       return "data_arrived";
     case collect::PhaseCause::not_driver:
       return "not_driver";
+    case collect::PhaseCause::batch_wait:
+      return "batch_wait";
   }
   return "event";
 }
@@ -129,9 +131,13 @@ void Daemon::set_event_role([[maybe_unused]] std::uint32_t pid, [[maybe_unused]]
   // The BPF rules see a thread's next event; a rank already blocked waiting for its first batch
   // when it is named (discovery finds it once it has a GPU context) would read Unknown until the
   // batch came. Its main thread's wait now is the seed (an instant, as the periodic detector
-  // samples it; the events take over from its next one).
-  if (role == collect::PhaseRole::rank &&
-      collect::read_main_thread_wait(opts_.proc_root, pid) == collect::MainThreadWait::input) {
+  // samples it; the events take over from its next one): a read or poll (the workers' pipe), or
+  // a futex wait (a pin-memory thread's queue, pin_memory=True; before its first step a driver
+  // has nothing else to wait for that long).
+  const auto wait = role == collect::PhaseRole::rank
+                        ? collect::read_main_thread_wait(opts_.proc_root, pid)
+                        : collect::MainThreadWait::unknown;
+  if (wait == collect::MainThreadWait::input || wait == collect::MainThreadWait::futex) {
     const std::uint64_t now = monotonic_ns();
     thread_phases_.record(pid, pid, policy::Phase::data_loading, now);
     commit_event_phase(pid, policy::Phase::data_loading, now);

@@ -114,6 +114,7 @@ enum class PhaseCause : std::uint8_t {
   optimizer_bound = 9,  // OptimizerStep outran its CPU bound: Unknown
   data_arrived = 10,    // back from that data wait: GpuCompute
   not_driver = 11,      // a rank's main thread, no longer its driver (another synced): Unknown
+  batch_wait = 12,      // a long futex wait after the optimizer step: DataLoading (backdated)
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value

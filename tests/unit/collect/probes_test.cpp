@@ -1098,6 +1098,61 @@ TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimiz
   for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
 }
 
+// pin_memory=True: after its optimizer step the driver waits for its batch in a futex (the
+// pin-memory thread's queue), which says nothing of what it waits for. A wait of 10 ms or more is
+// a batch's: DataLoading from when it fell asleep, then GpuCompute, both known when it wakes; a
+// shorter one (the GIL's, a lock's) changes nothing.
+int pinned_batch_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
+  std::uint32_t word = 0;
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
+  burn_cpu(2 * kMs);
+  const timespec batch{0, 30'000'000};  // the wait for the batch: 30 ms
+  futex(&word, FUTEX_WAIT_PRIVATE, 0, &batch);
+  burn_cpu(2 * kMs);                                         // forward: GpuCompute
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // then OptimizerStep
+  const timespec gil{0, 1'000'000};                          // a short wait: nothing
+  futex(&word, FUTEX_WAIT_PRIVATE, 0, &gil);
+  burn_cpu(2 * kMs);
+  Child::reply(rep, 'D');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, a_long_futex_wait_after_the_optimizer_step_is_a_wait_for_a_batch) {
+  Child child(pinned_batch_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(attach(child));
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(20'000), 'D');
+  std::vector<PhaseEvent> ev;
+  for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
+    ev = main_thread_events(child.upid());
+    if (!ev.empty() && ev.back().phase == kData) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  auto first =
+      std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
+  ASSERT_NE(first, ev.end()) << describe(ev);
+  const std::vector<PhaseEvent> seq(first, ev.end());
+  const std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
+      {kGpu, cause(PhaseCause::sync_enter)},  {kOpt, cause(PhaseCause::sync_return)},
+      {kData, cause(PhaseCause::batch_wait)}, {kGpu, cause(PhaseCause::data_arrived)},
+      {kOpt, cause(PhaseCause::sync_return)}, {kData, cause(PhaseCause::data_wait)}};
+  ASSERT_EQ(seq.size(), want.size()) << describe(seq);
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
+    EXPECT_EQ(seq[i].cause, want[i].second) << i << ": " << describe(seq);
+  }
+  // DataLoading is dated from when it fell asleep: the 30 ms wait lies between the two.
+  EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 29 * kMs) << describe(seq);
+  for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
+}
+
 // A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
 // outlasts the hysteresis; a short sleep changes nothing.
 TEST_F(PhaseEvents, marks_a_worker_idle_only_after_a_sleep_longer_than_the_hysteresis) {
