@@ -87,6 +87,19 @@ static s32 pick_preferred(struct task_struct *p, struct task_ctx *tctx)
 	return -1;
 }
 
+/* A new empty mask in the entry (the one it held, if any, released). */
+static s32 new_empty_mask(struct node_mask *entry)
+{
+	struct bpf_cpumask *mask = bpf_cpumask_create();
+
+	if (!mask)
+		return -ENOMEM;
+	mask = bpf_kptr_xchg(&entry->mask, mask);
+	if (mask)
+		bpf_cpumask_release(mask);
+	return 0;
+}
+
 /*
  * Node cpumasks from the loader's cpu_node table: one empty mask per node, then each CPU's bit;
  * and an empty scratch mask per CPU.
@@ -102,12 +115,8 @@ static s32 build_cpumasks(void)
 		entry = bpf_map_lookup_elem(&node_masks, &key);
 		if (!entry)
 			return -ENOENT;
-		mask = bpf_cpumask_create();
-		if (!mask)
+		if (new_empty_mask(entry))
 			return -ENOMEM;
-		mask = bpf_kptr_xchg(&entry->mask, mask);
-		if (mask)
-			bpf_cpumask_release(mask);
 	}
 	bpf_for(cpu, 0, nr_cpus) {
 		if (cpu >= ZERNEL_MAX_CPUS)
@@ -129,12 +138,8 @@ static s32 build_cpumasks(void)
 		entry = bpf_map_lookup_percpu_elem(&scratch_masks, &zero, cpu);
 		if (!entry)
 			continue; /* a possible CPU id without a per-CPU area: never runs us */
-		mask = bpf_cpumask_create();
-		if (!mask)
+		if (new_empty_mask(entry))
 			return -ENOMEM;
-		mask = bpf_kptr_xchg(&entry->mask, mask);
-		if (mask)
-			bpf_cpumask_release(mask);
 	}
 	return 0;
 }

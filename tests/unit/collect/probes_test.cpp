@@ -964,6 +964,14 @@ TEST_F(Probes, DISABLED_measure_costs) {
 // ---------------------------------------------------------------------------------------------
 // Phases from events (probes.bpf.c, "PHASES FROM EVENTS"): the rules on real threads.
 
+// PhaseEvent::phase values (policy::Phase) and a cause as the event carries it.
+constexpr std::uint8_t kData = 0;
+constexpr std::uint8_t kGpu = 1;
+constexpr std::uint8_t kNccl = 2;
+constexpr std::uint8_t kOpt = 3;
+constexpr std::uint8_t kUnknown = 4;
+constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c); }
+
 class PhaseEvents : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -996,6 +1004,39 @@ class PhaseEvents : public ::testing::Test {
     return out;
   }
 
+  // A rank's step child ('L' once loaded, 'G' runs the step, 'D' before it blocks in read()):
+  // named a rank, one step, and its main thread's changes from its first GpuCompute on (before
+  // the first sync the child may or may not have been seen asleep) until the data wait shows.
+  // Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+  void run_rank_step(Child& child, std::vector<PhaseEvent>& seq) {
+    ASSERT_EQ(child.expect(), 'L');
+    ASSERT_NO_FATAL_FAILURE(attach(child));
+    ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(20'000), 'D');
+    std::vector<PhaseEvent> ev;
+    for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
+      ev = main_thread_events(child.upid());
+      if (!ev.empty() && ev.back().phase == kData) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    auto first =
+        std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
+    ASSERT_NE(first, ev.end()) << describe(ev);
+    seq.assign(first, ev.end());
+  }
+
+  // seq is want, (phase, cause) by (phase, cause), and its times never go back.
+  static void expect_sequence(const std::vector<PhaseEvent>& seq,
+                              const std::vector<std::pair<std::uint8_t, std::uint8_t>>& want) {
+    ASSERT_EQ(seq.size(), want.size()) << describe(seq);
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
+      EXPECT_EQ(seq[i].cause, want[i].second) << i << ": " << describe(seq);
+    }
+    for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
+  }
+
   // Three steps of `child` (burn_step_child, a process no role names: its thread sleeps and
   // wakes) give no event; named a rank, its next step's wait for the command (a read()) is a
   // data wait. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
@@ -1023,13 +1064,6 @@ class PhaseEvents : public ::testing::Test {
   std::unique_ptr<GpuSyncProbes> probes_;
   std::vector<PhaseEvent> all_;
 };
-
-constexpr std::uint8_t kData = 0;
-constexpr std::uint8_t kGpu = 1;
-constexpr std::uint8_t kNccl = 2;
-constexpr std::uint8_t kOpt = 3;
-constexpr std::uint8_t kUnknown = 4;
-constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c); }
 
 // A rank's step: GPU work (its sync starts GpuCompute), a collective on an nccl-* segment, an
 // optimizer with a short and a long sync, too long a CPU burst, then a wait for the next command
@@ -1064,38 +1098,22 @@ int rank_step_child(int cmd, int rep) {
 
 TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimizer) {
   Child child(rank_step_child);
-  ASSERT_EQ(child.expect(), 'L');
-  ASSERT_NO_FATAL_FAILURE(attach(child));
-  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
-  ASSERT_TRUE(child.send('G'));
-  ASSERT_EQ(child.expect(20'000), 'D');
-  std::vector<PhaseEvent> ev;
-  for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
-    ev = main_thread_events(child.upid());
-    if (!ev.empty() && ev.back().phase == kData) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  // From the first GPU sync on (before it, the child may or may not have been seen asleep).
-  auto first =
-      std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
-  ASSERT_NE(first, ev.end()) << describe(ev);
-  const std::vector<PhaseEvent> seq(first, ev.end());
-  const std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
-      {kGpu, cause(PhaseCause::sync_enter)},          {kOpt, cause(PhaseCause::sync_return)},
-      {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
-      {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
-      {kGpu, cause(PhaseCause::long_sync)},           {kOpt, cause(PhaseCause::sync_return)},
-      {kUnknown, cause(PhaseCause::optimizer_bound)}, {kData, cause(PhaseCause::data_wait)}};
-  ASSERT_EQ(seq.size(), want.size()) << describe(seq);
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
-    EXPECT_EQ(seq[i].cause, want[i].second) << i << ": " << describe(seq);
-  }
+  std::vector<PhaseEvent> seq;
+  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::sync_enter)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kNccl, cause(PhaseCause::nccl_wait)},
+                                                {kOpt, cause(PhaseCause::nccl_done)},
+                                                {kNccl, cause(PhaseCause::nccl_wait)},
+                                                {kOpt, cause(PhaseCause::nccl_done)},
+                                                {kGpu, cause(PhaseCause::long_sync)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kUnknown, cause(PhaseCause::optimizer_bound)},
+                                                {kData, cause(PhaseCause::data_wait)}}));
   // Times are the events' own: the first sync lasted its 30 ms of GPU work, the long one its 40,
   // dated from its entry although it was committed at its return.
   EXPECT_GE(seq[1].t_ns - seq[0].t_ns, 29 * kMs);
   EXPECT_GE(seq[7].t_ns - seq[6].t_ns, 39 * kMs);
-  for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
 }
 
 // pin_memory=True: after its optimizer step the driver waits for its batch in a futex (the
@@ -1124,33 +1142,16 @@ int pinned_batch_child(int cmd, int rep) {
 
 TEST_F(PhaseEvents, a_long_futex_wait_after_the_optimizer_step_is_a_wait_for_a_batch) {
   Child child(pinned_batch_child);
-  ASSERT_EQ(child.expect(), 'L');
-  ASSERT_NO_FATAL_FAILURE(attach(child));
-  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
-  ASSERT_TRUE(child.send('G'));
-  ASSERT_EQ(child.expect(20'000), 'D');
-  std::vector<PhaseEvent> ev;
-  for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
-    ev = main_thread_events(child.upid());
-    if (!ev.empty() && ev.back().phase == kData) break;
-    std::this_thread::sleep_for(10ms);
-  }
-  auto first =
-      std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
-  ASSERT_NE(first, ev.end()) << describe(ev);
-  const std::vector<PhaseEvent> seq(first, ev.end());
-  const std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
-      {kGpu, cause(PhaseCause::sync_enter)},  {kOpt, cause(PhaseCause::sync_return)},
-      {kData, cause(PhaseCause::batch_wait)}, {kGpu, cause(PhaseCause::data_arrived)},
-      {kOpt, cause(PhaseCause::sync_return)}, {kData, cause(PhaseCause::data_wait)}};
-  ASSERT_EQ(seq.size(), want.size()) << describe(seq);
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(seq[i].phase, want[i].first) << i << ": " << describe(seq);
-    EXPECT_EQ(seq[i].cause, want[i].second) << i << ": " << describe(seq);
-  }
+  std::vector<PhaseEvent> seq;
+  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::sync_enter)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kData, cause(PhaseCause::batch_wait)},
+                                                {kGpu, cause(PhaseCause::data_arrived)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kData, cause(PhaseCause::data_wait)}}));
   // DataLoading is dated from when it fell asleep: the 30 ms wait lies between the two.
   EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 29 * kMs) << describe(seq);
-  for (std::size_t i = 1; i < seq.size(); ++i) EXPECT_GE(seq[i].t_ns, seq[i - 1].t_ns) << i;
 }
 
 // A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
