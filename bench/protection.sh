@@ -16,10 +16,10 @@
 #           samples): what phases from events buy, in the same run
 # Each arm runs --reps times, interleaved (rep r runs the arms in an order rotated by r, so drift
 # on the machine hits every arm alike). Per arm: the median over the reps of steps/s, step p50 and
-# step p99 (from the job's closing summary, warm-up steps left out); relative = steps/s / solo
-# steps/s, p99/solo = step p99 / solo step p99; wait = the mean time per step the job's main
-# process waited for its batch (the DataLoader on the critical path). It prints a table and, last,
-# one JSON line.
+# step p99 (from the job's closing summary, warm-up steps left out), and the worst step of any
+# rep; relative = steps/s / solo steps/s, p99/solo = step p99 / solo step p99; wait = the mean
+# time per step the job's main process waited for its batch (the DataLoader on the critical
+# path). It prints a table and, last, one JSON line.
 #
 #   bench/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--smoke] [--check]
 #                       [--check-targets] [--arms LIST] [--bin DIR] [--hog-threads N]
@@ -320,7 +320,7 @@ import json, sys, time
 s = json.loads(open(sys.argv[1]).read())
 print(f"  rep {int(sys.argv[3]) + 1} {sys.argv[2]:7s} {s['steps_per_s']:8.3f} steps/s  "
       f"p50 {s['step_p50_ms']:8.1f} ms  p99 {s['step_p99_ms']:8.1f} ms  "
-      f"({time.time() - float(sys.argv[4]):.1f} s)")
+      f"worst {s['step_max_ms']:8.1f} ms  ({time.time() - float(sys.argv[4]):.1f} s)")
 PY
     else
       failed=1
@@ -354,7 +354,7 @@ for arm in arms:
             errors.append(open(err).read().strip().splitlines()[0])
             continue
         s = json.loads(open(path).read())
-        runs.append({k: s[k] for k in ("steps_per_s", "step_p50_ms", "step_p99_ms",
+        runs.append({k: s[k] for k in ("steps_per_s", "step_p50_ms", "step_p99_ms", "step_max_ms",
                                         "data_wait_mean_ms", "measured_steps", "interrupted")})
     nice = Counter()
     for rep in range(reps):
@@ -369,9 +369,10 @@ for arm in arms:
         entry["steps_per_s"] = round(statistics.median(r["steps_per_s"] for r in runs), 4)
         entry["step_p50_ms"] = round(statistics.median(r["step_p50_ms"] for r in runs), 3)
         entry["step_p99_ms"] = round(statistics.median(r["step_p99_ms"] for r in runs), 3)
+        entry["worst_step_ms"] = round(max(r["step_max_ms"] for r in runs), 3)
         entry["data_wait_mean_ms"] = round(statistics.median(r["data_wait_mean_ms"] for r in runs), 3)
         entry["per_run"] = [{k: r[k] for k in ("steps_per_s", "step_p50_ms", "step_p99_ms",
-                                               "data_wait_mean_ms")} for r in runs]
+                                               "step_max_ms", "data_wait_mean_ms")} for r in runs]
     if nice:
         # Share of samples per nice value, per role: what the daemon (or nice -n 19) did.
         by_role = defaultdict(dict)
@@ -423,7 +424,7 @@ def fmt(v, spec):
 
 print()
 print(f"{'arm':8s} {'steps/s':>9s} {'vs solo':>8s} {'p50 ms':>9s} {'p99 ms':>9s} {'p99/solo':>9s} "
-      f"{'wait ms':>8s}  notes")
+      f"{'worst ms':>9s} {'wait ms':>8s}  notes")
 for arm, e in result.items():
     notes = []
     if e["errors"]:
@@ -435,7 +436,8 @@ for arm, e in result.items():
             notes.append(f"{role} nice " + "/".join(f"{k} ({round(100 * v)}%)" for k, v in top))
     print(f"{arm:8s} {fmt(e.get('steps_per_s'), '9.3f')} {fmt(e.get('relative'), '8.3f')} "
           f"{fmt(e.get('step_p50_ms'), '9.1f')} {fmt(e.get('step_p99_ms'), '9.1f')} "
-          f"{fmt(e.get('p99_vs_solo'), '9.2f')} {fmt(e.get('data_wait_mean_ms'), '8.1f')}  "
+          f"{fmt(e.get('p99_vs_solo'), '9.2f')} {fmt(e.get('worst_step_ms'), '9.1f')} "
+          f"{fmt(e.get('data_wait_mean_ms'), '8.1f')}  "
           f"{'; '.join(notes)}")
 p = result.get("periodic", {})
 if "relative" in z and "relative" in p:

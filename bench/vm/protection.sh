@@ -15,7 +15,8 @@
 # cannot reach (cgroups share first), so what the job keeps there comes from the scheduler's
 # order inside the job's half (phase priorities, preemption, latency targets).
 # Arms are interleaved, --reps times (rep r rotates the order by r). Per arm it prints the median
-# steps/s, step p50 and p99 (warm-up steps left out) and steps/s relative to solo, then one JSON
+# steps/s, step p50 and p99, the worst step of any rep (warm-up steps left out) and steps/s
+# relative to solo, then one JSON
 # line; last, how fast the zernel arm's scheduler applied phase changes (the phase_delay_*
 # counters the daemon logs at exit, summed over the reps: docs/sched-ext.md "How fast a phase
 # change is applied"), and the phase timer's looks a second per vCPU over the job's runs (its
@@ -114,14 +115,19 @@ done
 median() {
   for r in $(seq $reps); do num "$2" /tmp/$1.$r.json; done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
+# worst ARM FIELD: the largest over the reps (the worst step of any run)
+worst() {
+  for r in $(seq $reps); do num "$2" /tmp/$1.$r.json; done | sort -n | tail -n 1
+}
 solo=''
 case " $arms " in *" solo "*) solo=$(median solo steps_per_s) ;; esac
 for arm in $arms; do
   s=$(median $arm steps_per_s); p50=$(median $arm step_p50_ms); p99=$(median $arm step_p99_ms)
+  max=$(worst $arm step_max_ms)
   rel=null
   [ -n "$solo" ] && rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
-  echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99"
-  json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,\"step_p99_ms\":$p99},"
+  echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99 worst_step_ms=$max"
+  json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,\"step_p99_ms\":$p99,\"worst_step_ms\":$max},"
 done
 echo "@@ {${json%,}}"
 GUEST
