@@ -9,9 +9,9 @@
  * of a process with a decision is scheduled with its own phase's policy (zernel_phase_policy:
  * weight, slice, latency target, preemption), not with its process's phase as the daemon last
  * decided it: the tenant, the preferred CPU and the cgroup stay the decision's (phase_follow). A
- * GpuCompute thread woken inside a sync it slept in gets the last entry: the engine's blocked GPU
- * waiter, whose wait is ending. Without phases from events the map is this object's own, empty,
- * and nothing changes.
+ * GpuCompute thread woken inside a sync it slept in, or outside any sync (launching), gets the
+ * last entry: the engine's blocked GPU waiter, whose wait is ending (phase_policy_index). Without
+ * phases from events the map is this object's own, empty, and nothing changes.
  *
  * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
  * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
@@ -129,6 +129,26 @@ static __always_inline void phase_delay_count(struct task_ctx *tctx, u64 since_n
 }
 
 /*
+ * The policy a thread's phase schedules it with (an index of zernel_phase_policy): its phase's,
+ * but GpuCompute's low priority is for a thread that waits on the GPU, inside a sync. Woken inside
+ * a sync it slept in, or outside any sync (the batch came and it launches the step's kernels: the
+ * CPU work the GPU waits for; launches are not probed, so GpuCompute begins when the batch
+ * arrives), it gets the last entry: the engine's blocked GPU waiter, whose priority is the step's
+ * critical phases' (src/policy/phase.hpp). Given that of GpuCompute, such a thread waited up to
+ * the 1 s starvation bound behind DataLoader workers at 28 times its weight (issue 24 item 6).
+ * Entering a sync is no phase change: a launching thread that then spins in its sync keeps this
+ * policy until its next change or wakeup.
+ */
+static __always_inline u32 phase_policy_index(const struct zernel_phase_thread *st, bool waking)
+{
+	u32 idx = phase_index(st->phase);
+
+	if (idx == ZERNEL_PHASE_GPU_COMPUTE && (!st->depth || waking))
+		idx = ZERNEL_PHASE_NR;
+	return idx;
+}
+
+/*
  * Schedules a thread of a decided process by its own phase (PHASES OF THREADS above). `waking`:
  * from a wakeup. True when the policy changed; callers account the thread afterwards
  * (task_wakes, task_account), which carries a changed weight into its node.
@@ -145,9 +165,7 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	set_followed(p, tctx, !!st);
 	if (!st)
 		return false;
-	idx = phase_index(st->phase);
-	if (idx == ZERNEL_PHASE_GPU_COMPUTE && st->depth && waking)
-		idx = ZERNEL_PHASE_NR;
+	idx = phase_policy_index(st, waking);
 	/* (idx is at most ZERNEL_PHASE_NR: the second test is the bound of the policy table.) */
 	if (idx == tctx->applied_phase || idx > ZERNEL_PHASE_NR) {
 		/* Nothing to apply (it changed and changed back): nothing to count later. */
@@ -183,7 +201,7 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 	st = phase_state(p);
 	if (!st || !phase_change_unseen(st, tctx))
 		return;
-	if (phase_index(st->phase) == tctx->applied_phase)
+	if (phase_policy_index(st, false) == tctx->applied_phase)
 		tctx->seen_since_ns = st->since_ns;
 	else
 		phase_delay_count(tctx, st->since_ns, time_delta(bpf_ktime_get_ns(), st->since_ns));
