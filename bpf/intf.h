@@ -107,9 +107,9 @@ enum zernel_phase {
  * Per-process decision, keyed by tgid: every thread of the process follows it. 40 bytes.
  * Written by the loader only when it changes, followed by an increment of its process's slot of
  * zernel_decision_slot_gen; each thread of the process copies it into its task storage at its
- * first scheduling event after the increment. A torn read (the loader replacing a value while a CPU copies it) can mix two
- * decisions of the same process until the increment that follows the write makes the thread
- * read it again, which is harmless.
+ * first scheduling event after the increment. A torn read (the loader replacing a value while a
+ * CPU copies it) can mix two decisions of the same process until the increment that follows the
+ * write makes the thread read it again, which is harmless.
  */
 struct zernel_decision {
 	__u64 slice_ns;			/* ns: time slice; 0 = ZERNEL_SLICE_DFL_US; clamped to MIN..MAX */

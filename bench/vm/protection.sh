@@ -127,7 +127,8 @@ for arm in $arms; do
   rel=null
   [ -n "$solo" ] && rel=$(awk -v a="$s" -v b="$solo" 'BEGIN { printf "%.2f", a / b }')
   echo "@@ $arm steps_per_s=$s relative=$rel step_p50_ms=$p50 step_p99_ms=$p99 worst_step_ms=$max"
-  json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,\"step_p99_ms\":$p99,\"worst_step_ms\":$max},"
+  json="$json\"$arm\":{\"steps_per_s\":$s,\"relative\":$rel,\"step_p50_ms\":$p50,"
+  json="$json\"step_p99_ms\":$p99,\"worst_step_ms\":$max},"
 done
 echo "@@ {${json%,}}"
 GUEST

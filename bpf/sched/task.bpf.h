@@ -26,7 +26,8 @@ enum {
 /*
  * Task storage: the shared part (intf.h) and the process's decision as this thread last read it
  * (refreshed when its slot's generation moves), so that a callback finds all it needs about the
- * thread in one task-storage lookup, and no hash lookup. The order of the fields is the layout; each says which part writes it.
+ * thread in one task-storage lookup, and no hash lookup. The order of the fields is the layout;
+ * each says which part writes it.
  */
 struct task_ctx {
 	struct zernel_task_ctx pub;
