@@ -658,8 +658,11 @@ TEST_F(Probes, counts_futex_waits_of_tracked_processes_only) {
   EXPECT_EQ(read(pid).futex_waits_delta, 0U);
   ASSERT_TRUE(child.send('W'));
   ASSERT_EQ(child.expect(), 'w');
+  // 250 waits that sleep, but a 50 us timer can fire before the thread has left its CPU (then it
+  // never slept: nothing to count): on a loaded machine a few of them (248 of 250 once, beside
+  // another test) are not seen.
   const auto waits = read(pid).futex_waits_delta;
-  EXPECT_GE(waits, 250U);
+  EXPECT_GE(waits, 240U);
   EXPECT_LE(waits, 260U);  // a few of the child's own, at most
 
   // Wakes are not waits, and a wait that does not sleep (EAGAIN) waits for nothing.
@@ -685,7 +688,7 @@ TEST_F(Probes, counts_futex_waits_of_tracked_processes_only) {
   ASSERT_TRUE(probes_->track(pid).ok());
   ASSERT_TRUE(child.send('W'));
   ASSERT_EQ(child.expect(), 'w');
-  EXPECT_GE(read(pid).futex_waits_delta, 250U);
+  EXPECT_GE(read(pid).futex_waits_delta, 240U);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -972,6 +975,19 @@ constexpr std::uint8_t kOpt = 3;
 constexpr std::uint8_t kUnknown = 4;
 constexpr std::uint8_t cause(PhaseCause c) { return static_cast<std::uint8_t>(c); }
 
+// Waits (1 s at most) until the process's state is S: a child that replied is then asleep in
+// its read() for the next command, so that command ends a data wait (sent earlier, under load,
+// it is read without sleeping, and the step makes no change).
+bool wait_asleep(pid_t pid) {
+  for (int i = 0; i < 10'000; ++i) {
+    const auto st = test_support::read_proc_stat(pid);
+    if (!st) return false;
+    if (st->state == 'S') return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return false;
+}
+
 class PhaseEvents : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -1004,16 +1020,19 @@ class PhaseEvents : public ::testing::Test {
     return out;
   }
 
-  // A rank's step child ('L' once loaded, 'G' runs the step, 'D' before it blocks in read()):
-  // named a rank, one step, and its main thread's changes from its first GpuCompute on (before
-  // the first sync the child may or may not have been seen asleep) until the data wait shows.
-  // Callers wrap it in ASSERT_NO_FATAL_FAILURE.
-  void run_rank_step(Child& child, std::vector<PhaseEvent>& seq) {
+  // A rank's step child ('L' once loaded, 'G' runs the step, 'D' (or 'E', a variant the child
+  // chose, returned in *done) before it blocks in read()): named a rank, one step, and its main
+  // thread's changes from its first GpuCompute on (before the first sync the child may or may
+  // not have been seen asleep) until the data wait shows. Callers wrap it in
+  // ASSERT_NO_FATAL_FAILURE.
+  void run_rank_step(Child& child, std::vector<PhaseEvent>& seq, char* done = nullptr) {
     ASSERT_EQ(child.expect(), 'L');
     ASSERT_NO_FATAL_FAILURE(attach(child));
     ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
     ASSERT_TRUE(child.send('G'));
-    ASSERT_EQ(child.expect(20'000), 'D');
+    const char reply = child.expect(20'000);
+    ASSERT_TRUE(reply == 'D' || (done != nullptr && reply == 'E')) << reply;
+    if (done != nullptr) *done = reply;
     std::vector<PhaseEvent> ev;
     for (int i = 0; i < 200; ++i) {  // until the data wait shows (the child blocks after 'D')
       ev = main_thread_events(child.upid());
@@ -1133,9 +1152,11 @@ int pinned_batch_child(int cmd, int rep) {
   burn_cpu(2 * kMs);                                         // forward: GpuCompute
   if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // then OptimizerStep
   const timespec gil{0, 1'000'000};                          // a short wait: nothing
+  const std::uint64_t t0 = monotonic_ns();
   futex(&word, FUTEX_WAIT_PRIVATE, 0, &gil);
+  const bool slow = monotonic_ns() - t0 >= 9 * kMs;  // a loaded machine made it a long one
   burn_cpu(2 * kMs);
-  Child::reply(rep, 'D');
+  Child::reply(rep, slow ? 'E' : 'D');
   Child::next(cmd);  // blocks in read(): a data wait
   return 0;
 }
@@ -1143,13 +1164,19 @@ int pinned_batch_child(int cmd, int rep) {
 TEST_F(PhaseEvents, a_long_futex_wait_after_the_optimizer_step_is_a_wait_for_a_batch) {
   Child child(pinned_batch_child);
   std::vector<PhaseEvent> seq;
-  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
-  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::sync_enter)},
-                                                {kOpt, cause(PhaseCause::sync_return)},
-                                                {kData, cause(PhaseCause::batch_wait)},
-                                                {kGpu, cause(PhaseCause::data_arrived)},
-                                                {kOpt, cause(PhaseCause::sync_return)},
-                                                {kData, cause(PhaseCause::data_wait)}}));
+  char done = 0;
+  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq, &done));
+  std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
+      {kGpu, cause(PhaseCause::sync_enter)},  {kOpt, cause(PhaseCause::sync_return)},
+      {kData, cause(PhaseCause::batch_wait)}, {kGpu, cause(PhaseCause::data_arrived)},
+      {kOpt, cause(PhaseCause::sync_return)}, {kData, cause(PhaseCause::data_wait)}};
+  // The 1 ms wait lasted 9 ms or more (a loaded machine, the child's 'E'): if the rules saw 10
+  // ms or more, it was a batch's too.
+  if (done == 'E' && seq.size() == want.size() + 2) {
+    want.insert(want.end() - 1,
+                {{kData, cause(PhaseCause::batch_wait)}, {kGpu, cause(PhaseCause::data_arrived)}});
+  }
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, want));
   // DataLoading is dated from when it fell asleep: the 30 ms wait lies between the two.
   EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 29 * kMs) << describe(seq);
 }
@@ -1273,15 +1300,21 @@ TEST_F(PhaseEvents, checks_only_shared_futex_waits_for_nccl_and_counts_the_check
   EXPECT_EQ(nccl_waits(), 0U);
   ASSERT_TRUE(child.send('S'));
   ASSERT_EQ(child.expect(), 'd');
-  std::this_thread::sleep_for(10ms);
-  const ProbeStats shared = probes_->stats();
+  ProbeStats shared{};
+  std::size_t waits = 0;
+  for (int i = 0; i < 100; ++i) {  // until the last wait's change is drained (2 s at most)
+    std::this_thread::sleep_for(20ms);
+    shared = probes_->stats();
+    waits += nccl_waits();
+    if (waits + (shared.nccl_missed - priv.nccl_missed) >= 20) break;
+  }
   // Each timed wait sleeps (the word stays 0): 20 checks, each an NCCL wait unless the check
   // could not be done (mmap_lock contended), which is counted instead.
   const std::uint64_t checks = shared.nccl_checks - priv.nccl_checks;
   const std::uint64_t missed = shared.nccl_missed - priv.nccl_missed;
   EXPECT_GE(checks, 20U);
   EXPECT_LE(missed, checks);
-  EXPECT_GE(nccl_waits() + missed, 20U);
+  EXPECT_GE(waits + missed, 20U);
 }
 
 // A rank's main thread asleep in a page fault is not in a syscall: a write to a write-protected
@@ -1389,22 +1422,31 @@ TEST_F(PhaseEvents, gives_no_phase_to_a_rank_thread_that_is_not_its_driver) {
   ASSERT_NO_FATAL_FAILURE(attach(child));
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   for (int step = 0; step < 3; ++step) {
+    // Each command once the main thread sleeps in its read(): sent earlier (beside another test
+    // in parallel), it was read without a sleep, that step began in OptimizerStep, its 5 ms sync
+    // changed nothing, and only the last step's changes were seen.
+    ASSERT_TRUE(wait_asleep(child.pid()));
     ASSERT_TRUE(child.send('G'));
     ASSERT_EQ(child.expect(), 'd');
   }
-  std::this_thread::sleep_for(20ms);
-  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  // The main thread: its data waits, the batches, its syncs' returns (a sync entered in
+  // GpuCompute changes nothing), drained until two of each are in (2 s at most).
+  std::vector<PhaseEvent> main;
+  std::size_t data_waits = 0;
+  std::size_t returns = 0;
+  for (int i = 0; i < 100 && (data_waits < 2 || returns < 2); ++i) {
+    std::this_thread::sleep_for(20ms);
+    main = main_thread_events(child.upid());
+    data_waits = 0;
+    returns = 0;
+    for (const PhaseEvent& e : main) {
+      data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
+      returns += e.cause == cause(PhaseCause::sync_return) ? 1U : 0U;
+    }
+  }
   std::vector<PhaseEvent> others;
   for (const PhaseEvent& e : all_) {
     if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
-  }
-  // The main thread: its data waits, the batches, its syncs' returns (a sync entered in
-  // GpuCompute changes nothing).
-  std::size_t data_waits = 0;
-  std::size_t returns = 0;
-  for (const PhaseEvent& e : main) {
-    data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
-    returns += e.cause == cause(PhaseCause::sync_return) ? 1U : 0U;
   }
   EXPECT_GE(data_waits, 2U) << describe(main);
   EXPECT_GE(returns, 2U) << describe(main);
@@ -1443,7 +1485,19 @@ TEST_F(PhaseEvents, the_main_thread_is_a_driver_only_until_another_thread_syncs)
   ASSERT_TRUE(child.send('B'));
   ASSERT_EQ(child.expect(), 'b');
   std::this_thread::sleep_for(20ms);
-  const std::vector<PhaseEvent> main = main_thread_events(child.upid());
+  // The main thread's join of the other thread (a futex wait after its batch came) can last
+  // 10 ms or more on a loaded machine: the rules read that as a wait for another batch (DataLoading
+  // from its start, then GpuCompute at its end: batch_wait, data_arrived). That pair is left out.
+  const std::vector<PhaseEvent> seen = main_thread_events(child.upid());
+  std::vector<PhaseEvent> main;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    if (seen[i].cause == cause(PhaseCause::batch_wait) && i + 1 < seen.size() &&
+        seen[i + 1].cause == cause(PhaseCause::data_arrived)) {
+      ++i;
+      continue;
+    }
+    main.push_back(seen[i]);
+  }
   std::vector<PhaseEvent> others;
   for (const PhaseEvent& e : all_) {
     if (e.tgid == child.upid() && e.tid != child.upid()) others.push_back(e);
@@ -1469,23 +1523,18 @@ TEST_F(PhaseEvents, counts_its_events) {
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   ASSERT_TRUE(child.send('G'));
   ASSERT_EQ(child.expect(20'000), 'D');
-  std::this_thread::sleep_for(20ms);
-  const ProbeStats after = probes_->stats();
-  EXPECT_GE(after.phase_events - before.phase_events, 10U);
-  EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
-}
-
-// Waits (1 s at most) until the process's state is S: a child that replied is then asleep in
-// its read() for the next command, so that command ends a data wait (sent earlier, under load,
-// it is read without sleeping, and the step makes no change).
-bool wait_asleep(pid_t pid) {
-  for (int i = 0; i < 10'000; ++i) {
-    const auto st = test_support::read_proc_stat(pid);
-    if (!st) return false;
-    if (st->state == 'S') return true;
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  // The step's ten changes (follows_a_rank_through_gpu_work_a_collective_and_the_optimizer), the
+  // last once the child sleeps in its read() (2 s at most); an NCCL check that could not be done
+  // (mmap_lock busy: counted in nccl_missed) costs its wait's two.
+  ProbeStats after{};
+  std::uint64_t seen = 0;
+  for (int i = 0; i < 100 && seen < 10; ++i) {
+    std::this_thread::sleep_for(20ms);
+    after = probes_->stats();
+    seen = after.phase_events - before.phase_events + 2 * (after.nccl_missed - before.nccl_missed);
   }
-  return false;
+  EXPECT_GE(seen, 10U);
+  EXPECT_EQ(after.phase_events_lost, before.phase_events_lost);
 }
 
 // A ring buffer of one page (128 records) and 150 steps of a rank that are not drained: each
