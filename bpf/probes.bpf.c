@@ -194,20 +194,21 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
  *     last (short) sync, seen when it leaves a CPU -> Unknown
  *     slept in a futex wait (outside a GPU sync and an NCCL wait) for zernel_batch_wait_ns or
- *     more, from OptimizerStep (or the Unknown its bound left) or from GpuCompute outside a
- *     sync (a batch came, not the one it waits for) -> DataLoading from when it fell asleep,
- *     then GpuCompute, committed when it wakes (the wait for a batch that a pin-memory thread
- *     hands over in a queue: pin_memory=True; a shorter wait, the GIL's or a lock's, changes
- *     nothing)
+ *     more, from OptimizerStep, Unknown (before its first step, or the Unknown the optimizer's
+ *     bound left) or GpuCompute outside a sync (a batch came, not the one it waits for;
+ *     batch_wait_from) -> DataLoading from when it fell asleep, then GpuCompute, committed
+ *     when it wakes (the wait for a batch that a pin-memory thread hands over in a queue:
+ *     pin_memory=True; a shorter wait, the GIL's or a lock's, changes nothing)
  *   worker (a DataLoader worker), every thread:
  *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
  *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
  *                                          committed when it wakes (then DataLoading again)
  *
- * Other futex waits (a lock, the GIL) and sleeps change nothing. A change is committed at once,
- * with the time of its event, and sent to zernel_phase_events; the three backdated ones (a long
- * sync begun in OptimizerStep, a long futex wait after it, an idle worker) are sent when they
- * are known, with the earlier time.
+ * Shorter futex waits (a lock, the GIL) and other sleeps change nothing; a long lock wait or a
+ * thread join in those phases reads as a batch's wait (only the log is wrong: the thread slept
+ * through it). A change is committed at once, with the time of its event, and sent to
+ * zernel_phase_events; the three backdated ones (a long sync begun in OptimizerStep, a long
+ * futex wait, an idle worker) are sent when they are known, with the earlier time.
  *
  * COST. sched_switch runs for every context switch of the machine while any process is followed,
  * so the path of a task nobody follows is the one to keep short: it leaves at its tgid's bit in
@@ -223,8 +224,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
 const volatile __u64 zernel_idle_hyst_ns = 2000000;
 const volatile __u64 zernel_optimizer_max_ns = 200000000;
-/* A driver's futex wait after its optimizer step at least this long was a wait for a batch (the
- * GIL is handed over every 5 ms: its waits are shorter). */
+/* A driver's futex wait in batch_wait_from's phases at least this long was a wait for a batch
+ * (the GIL is handed over every 5 ms: its waits are shorter). */
 const volatile __u64 zernel_batch_wait_ns = 10000000;
 /* Phases from events on: the rules below run and threads of named processes get storage. */
 const volatile __u8 zernel_phase_rules = 0;
