@@ -56,6 +56,7 @@ enum zernel_limits {
 	ZERNEL_MAX_TENANTS = 1024,    /* tenant slots (policy::kMaxTenants) */
 	ZERNEL_MAX_CPUS = 1024,	      /* CPU ids the scheduler handles (0..1023) */
 	ZERNEL_MAX_NODES = 64,	      /* NUMA node ids (0..63) */
+	ZERNEL_MAX_LLCS = 64,	      /* queues, one per LLC (0..63); more LLCs share them */
 	ZERNEL_NO_TENANT = 0xFFFF,    /* zernel_decision.tenant: the process has no tenant */
 	ZERNEL_NO_CPU = -1,	      /* preferred_cpu / preferred_node: none */
 	ZERNEL_UEI_REASON_LEN = 128,  /* bytes of the exit reason (UEI_REASON_LEN) */
@@ -151,7 +152,9 @@ struct zernel_tenant_load {
 /* clang-format off */
 #define ZERNEL_STATS(X)													\
 	X(LOCAL, local)			/* inserted straight into an idle CPU's local DSQ */		\
-	X(GLOBAL, global)		/* inserted into the shared vtime DSQ */			\
+	X(GLOBAL, global)		/* inserted into an LLC's vtime DSQ */				\
+	X(LLC_STEAL, llc_steal)		/* tasks a CPU took from another LLC's queue (its own was	\
+					 * empty, or the other's head was further behind) */		\
 	X(PREF_CPU_HIT, pref_cpu_hit)	/* the decision's preferred CPU was idle and taken */		\
 	X(PREF_NODE_HIT, pref_node_hit)	/* an idle CPU of the preferred node was taken */		\
 	X(PREF_MISS, pref_miss)		/* a preference was set but no CPU of it was idle */		\

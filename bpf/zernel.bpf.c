@@ -8,12 +8,13 @@
  * follows it, from a copy in its task storage. A task with no decision is scheduled like any
  * other task, with the weight of its nice value.
  *
- * ALGORITHM: weighted virtual time over a flattened share hierarchy, one shared queue. Each
+ * ALGORITHM: weighted virtual time over a flattened share hierarchy, one queue per LLC. Each
  * runnable thread has a share of the machine, from the cgroup tree (cpu.weight, level by level),
  * the tenants (one more level of it, weighing their GPUs) and its weight inside its group (the
- * phase's priority). Run time is charged to it as virtual time, used / share, and it waits in one
- * shared DSQ ordered by its vtime plus a virtual request (its latency target or slice), its lag
- * bounded at every wakeup. Around that: cgroups' cpu.max caps their run time; a latency-critical
+ * phase's priority). Run time is charged to it as virtual time, used / share, and it waits in its
+ * LLC's DSQ ordered by its vtime plus a virtual request (its latency target or slice), its lag
+ * bounded at every wakeup; CPUs take from another LLC's queue when theirs is empty or the other
+ * is further behind, which keeps the machine-wide shares. Around that: cgroups' cpu.max caps their run time; a latency-critical
  * wakeup preempts lower-weight work; the thread whose slice ended keeps its CPU unless a rival
  * is ahead; a thread queued for 1 s is rescued; the threads of GPU processes are scheduled by
  * their own phase as the probes see it change; a CPU taken by a real-time task hands its queued
@@ -33,6 +34,7 @@
  *   phase_timer.bpf.h  the per-CPU timer that applies a running thread's phase change
  *   cpu_choice.bpf.h   the preferred CPU and NUMA node at a wakeup
  *   compat.bpf.h       what differs from 6.12 to 7.x (KERNEL COMPATIBILITY); exit ABI checks
+ *   llc.bpf.h          one queue per LLC, and the balance between the queues (BALANCE)
  *   preempt.bpf.h      the victim search of a preempting wakeup
  *   dispatch.bpf.h     keep_prev: whether the thread whose slice ended keeps its CPU
  *   rescue.bpf.h       the starvation bound
@@ -50,8 +52,10 @@
  *   node per callback for a thread of another cgroup, more for a tenant's (share.bpf.h, COST).
  * - No ops.runnable / ops.quiescent: their work (wakeup count, lag bound, joining the node's
  *   runnable weight) is done in select_cpu / enqueue and stopping, which run anyway.
- * - No clock read for the charge and no start mark in ops.running (vtime.bpf.h); vtime_now
+ * - No clock read for the charge and no start mark in ops.running (vtime.bpf.h); an LLC's front
  *   moves in ops.dispatch, from the head of the queue a CPU takes a task from.
+ * - Queues per LLC (llc.bpf.h): a dispatch or enqueue takes the lock of its LLC's queue and writes
+ *   its LLC's front only; with several LLCs a dispatch reads one other LLC's head and front.
  * - ops.tick does nothing while no cgroup has a quota and phases do not come from events;
  *   otherwise one task-storage lookup per tick (250 a second per busy CPU at HZ=250), and with
  *   phases from events a second for a thread of a decided process.
@@ -64,9 +68,8 @@
  *   dispatch to the local DSQ when select_cpu finds an idle CPU (as scx_simple) skips ops.enqueue
  *   altogether.
  *
- * KNOWN WEAKNESS of the whole: one shared queue: fine for tens of CPUs, a contention point on
- * hundreds (scx_simple's trade-off); per-node (or per-LLC) queues would be the next step. Each
- * part's essay has its own.
+ * KNOWN WEAKNESS of the whole: an LLC of very many CPUs (one L3 for a whole socket) shares one
+ * queue among them. Each part's essay has its own.
  */
 #include "sched/common.bpf.h"
 #include "sched/task.bpf.h"
@@ -79,6 +82,7 @@
 #include "sched/phase_timer.bpf.h"
 #include "sched/cpu_choice.bpf.h"
 #include "sched/compat.bpf.h"
+#include "sched/llc.bpf.h"
 #include "sched/preempt.bpf.h"
 #include "sched/dispatch.bpf.h"
 #include "sched/rescue.bpf.h"
@@ -119,7 +123,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 	if (tctx) {
 		phase_follow(p, tctx, true);
-		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
+		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU, prev_cpu);
 		/* Over its cgroup's quota: ops.enqueue parks it. */
 		if (task_throttled(tctx))
 			return prev_cpu;
@@ -147,19 +151,21 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
  * slice ended, a kick, a higher class took its CPU). In order: parked when its cgroup is
  * throttled (cpu_max.bpf.h); kept on its CPU when it is the last runnable task there or the phase
  * timer kicked it; placed by the victim search when it may preempt (preempt.bpf.h); else queued
- * in the shared DSQ by its key (vtime.bpf.h), and an idle CPU kicked for it unless
+ * in its LLC's DSQ by its key (vtime.bpf.h, llc.bpf.h), and an idle CPU kicked for it unless
  * ops.select_cpu saw the wakeup.
  */
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
+	u32 llc = task_llc(p);
 	bool counted, kicked;
 	u64 key, share;
 	s32 cpu;
 
 	if (!tctx) {
 		/* Not initialised (cannot happen after init_task); keep it running. */
-		scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, SLICE_DFL_NS, vtime_now, enq_flags);
+		scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), SLICE_DFL_NS, *front_of(llc), enq_flags);
+		llc_mark_waiting(llc);
 		stat_inc(ZERNEL_STAT_UNDECIDED);
 		stat_inc(ZERNEL_STAT_GLOBAL);
 		return;
@@ -179,7 +185,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		stat_inc(ZERNEL_STAT_REENQ);
 	counted = tctx->wakeup_counted;
 	if ((enq_flags & SCX_ENQ_WAKEUP) && !counted)
-		share = task_wakes(p, tctx, true); /* ops.select_cpu was skipped */
+		share = task_wakes(p, tctx, true, scx_bpf_task_cpu(p)); /* no ops.select_cpu */
 	else
 		share = joined_share(tctx, task_account(p, tctx));
 	key = tctx->pub.vtime + vtime_for(task_request(tctx), share);
@@ -217,16 +223,17 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 
 	/*
 	 * A preempting task put back while runnable (its slice ran out, or a higher class took
-	 * the CPU) that would be the head of the shared queue: no CPU looks at the queue before
+	 * the CPU) that would be the head of its LLC's queue: no CPU looks at the queue before
 	 * its current slice ends, which may be 100 ms away. It preempts as a wakeup does. Only
 	 * at the head: its weighted share, not more, is what it takes this way.
 	 */
 	if ((tctx->flags & ZERNEL_DF_PREEMPT) && !(enq_flags & SCX_ENQ_WAKEUP) &&
-	    would_lead(key) && try_preempt(p, tctx, enq_flags))
+	    would_lead(llc, key) && try_preempt(p, tctx, enq_flags))
 		return;
 	tctx->pub.queued_at = now_ns();
 	tctx->queue_key = key;
-	scx_bpf_dsq_insert_vtime(p, ZERNEL_DSQ_SHARED, tctx->slice_ns, key, enq_flags);
+	scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), tctx->slice_ns, key, enq_flags);
+	llc_mark_waiting(llc);
 	stat_inc(ZERNEL_STAT_GLOBAL);
 
 	/*
@@ -247,6 +254,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 /* A CPU looks for work: the order of what it serves is dispatch.bpf.h's essay. */
 void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 {
+	u32 llc = llc_of(cpu), other = other_llc(llc);
 	struct task_struct *head;
 	u64 key;
 
@@ -266,29 +274,37 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 		parked_release_pending = 0;
 		release_parked();
 	}
-	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && keep_prev(prev, cpu))
+	if (nr_llcs > 1)
+		fronts_meet(llc, other);
+	if (prev && (prev->scx.flags & SCX_TASK_QUEUED) && keep_prev(prev, cpu, llc, other))
 		return;
 	/*
-	 * vtime_now follows the front of the queue: the head's key, when this CPU takes a task in
-	 * order (the head, or the first that may run here: its key is no smaller). Tasks that went
+	 * The front of the LLC's queue follows the head's key when this CPU takes a task in order
+	 * (the head, or the first that may run here: its key is no smaller). Tasks that went
 	 * straight to an idle CPU or were rescued do not move it: they may be far ahead, and would
 	 * push every sleeper's floor past all the queued tasks (the lag bound keeps such a thread
-	 * within two slices of vtime_now when it next wakes). Racy, as in scx_simple: a lost update
-	 * only lowers the floor a moment. An empty queue (a CPU going idle, most dispatches of a
-	 * ping-pong) costs the peek alone.
+	 * within two slices of the front when it next wakes). An empty queue (a CPU going idle,
+	 * most dispatches of a ping-pong) costs the peek alone on a machine of one LLC; on more, a
+	 * task from another LLC's queue first (llc.bpf.h, BALANCE).
 	 */
-	head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
+	head = __COMPAT_scx_bpf_dsq_peek(llc_dsq(llc));
+	if (nr_llcs > 1) {
+		if (!head && llc_mark_empty(llc))
+			head = __COMPAT_scx_bpf_dsq_peek(llc_dsq(llc));
+		if (llc_balance(llc, other, head))
+			return;
+	}
 	if (!head)
 		return;
 	key = head->scx.dsq_vtime;
-	if (scx_bpf_dsq_move_to_local(ZERNEL_DSQ_SHARED, 0) && time_before(vtime_now, key))
-		vtime_now = key;
+	if (scx_bpf_dsq_move_to_local(llc_dsq(llc), 0))
+		front_advance(front_of(llc), key);
 }
 
 /*
  * ops.running has work only for a followed thread of a decided process: a phase change made
  * while it was queued applies, and the phase timer watches its run. The run time needs no start
- * mark (charge_run), vtime_now moves in ops.dispatch, and a thread whose tgid slot counts no
+ * mark (charge_run), the fronts move in ops.dispatch, and a thread whose tgid slot counts no
  * followed thread is not looked up (phase.bpf.h, COST).
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
@@ -377,7 +393,7 @@ void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
 
 	if (!tctx)
 		return;
-	tctx->pub.vtime = vtime_now;
+	tctx->pub.vtime = *front_of(task_llc(p));
 	/* Run time before (under another class) is not ours to charge. */
 	tctx->charged_sum_ns = p->se.sum_exec_runtime;
 	tctx->wakeup_counted = 0;
@@ -508,12 +524,17 @@ static s32 start_timer(u32 idx, void *cb, u64 after_ns)
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 {
-	s32 ret;
+	s32 ret = 0;
+	u32 llc;
 
 	init_at = now_ns();
 	if (!root_node.weight)
 		root_node.weight = ZERNEL_WEIGHT_DFL;
-	ret = scx_bpf_create_dsq(ZERNEL_DSQ_SHARED, -1);
+	bpf_for(llc, 0, nr_llcs) {
+		ret = scx_bpf_create_dsq(llc_dsq(llc), -1);
+		if (ret)
+			break;
+	}
 	if (!ret)
 		ret = scx_bpf_create_dsq(ZERNEL_DSQ_RESCUE, -1);
 	if (!ret)
@@ -552,7 +573,7 @@ void BPF_STRUCT_OPS(zernel_dump_task, struct scx_dump_ctx *dctx, struct task_str
 		return;
 	scx_bpf_dump(
 		"zernel: vtime=%llu (now %llu) queued_at=%llu runtime=%llu wakeups=%llu node=%llx",
-		tctx->pub.vtime, vtime_now, tctx->pub.queued_at, tctx->pub.runtime_ns,
+		tctx->pub.vtime, *front_of(task_llc(p)), tctx->pub.queued_at, tctx->pub.runtime_ns,
 		tctx->pub.wakeups, tctx->joined_node);
 }
 

@@ -34,7 +34,7 @@
  * allows 16 ms. Over time, 20 % of a CPU (19-20 % measured in the VM).
  *
  * Known weaknesses: enforced at tick granularity, with the overrun paid back by the next period
- * (tasks already in the shared queue when their cgroup throttles run their slice: that too is
+ * (tasks already in a queue when their cgroup throttles run their slice: that too is
  * debt); cpu.max.burst is ignored; ancestors more than ZERNEL_MAX_LEVELS up are not charged; a
  * release scan walks every parked thread (each a walk up its cgroup's ancestors).
  *
@@ -194,6 +194,7 @@ static void release_parked(void)
 	bpf_for_each(scx_dsq, p, ZERNEL_DSQ_THROTTLED, 0) {
 		struct task_ctx *tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
 		s32 cpu;
+		u32 llc;
 
 		if (tctx && zernel_node_throttled(tctx->cgroup_node))
 			continue;
@@ -201,8 +202,10 @@ static void release_parked(void)
 			scx_bpf_dsq_move_set_vtime(BPF_FOR_EACH_ITER, tctx->queue_key);
 			tctx->pub.queued_at = now_ns();
 		}
-		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_SHARED, 0))
+		llc = task_llc(p);
+		if (!scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, llc_dsq(llc), 0))
 			continue;
+		llc_mark_waiting(llc);
 		stat_inc(ZERNEL_STAT_UNTHROTTLED);
 		cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 		if (cpu >= 0)

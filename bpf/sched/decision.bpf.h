@@ -47,7 +47,7 @@
  * The decision generations (intf.h), one per slot of processes: the loader increments a process's
  * slot after every write or delete of its decision. A thread re-reads its process's decision only
  * when its slot's generation moved. Every callback reads it: the values every CPU writes at each
- * dispatch or wakeup (vtime_now, the root node) are kept off .bss, in sections of their own.
+ * dispatch or wakeup (the LLCs' fronts, the root node) are kept off .bss, in sections of their own.
  */
 u32 zernel_decision_slot_gen[ZERNEL_DECISION_SLOTS];
 

@@ -7,8 +7,8 @@
  * CPU alternate whatever their weights. ops.dispatch therefore serves, in order: the rescue DSQ
  * while the starvation scan has flagged it (rescue.bpf.h); the release of threads parked by
  * cpu.max when a tick's refill thawed their cgroup (cpu_max.bpf.h); prev, when keep_prev lets it
- * keep the CPU for another slice; else the head of the shared queue, whose key moves vtime_now
- * (vtime.bpf.h).
+ * keep the CPU for another slice; else the head of its LLC's queue, whose key moves that LLC's
+ * front (vtime.bpf.h), unless another LLC's queue is further behind (llc.bpf.h, BALANCE).
  *
  * keep_prev charges prev up to now, applies a phase it changed to while running (phase.bpf.h),
  * and compares its key with its rival's: the first queued task that may run on this CPU (not the
@@ -34,6 +34,7 @@
 #include "common.bpf.h"
 #include "cpu_max.bpf.h"
 #include "decision.bpf.h"
+#include "llc.bpf.h"
 #include "phase.bpf.h"
 #include "share.bpf.h"
 #include "task.bpf.h"
@@ -51,13 +52,13 @@ enum {
  * after ZERNEL_RIVAL_SCAN tasks; none found by then counts as no rival. Sets its key and, for a
  * rival that may not run on every CPU, its vtime (else 0: no credit bound, see keep_prev).
  */
-static bool rival_of(s32 cpu, u64 *key, u64 *vtime)
+static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime)
 {
 	struct task_struct *p;
 	struct task_ctx *rc;
 	u32 n = 0;
 
-	bpf_for_each(scx_dsq, p, ZERNEL_DSQ_SHARED, 0) {
+	bpf_for_each(scx_dsq, p, llc_dsq(llc), 0) {
 		if (++n > ZERNEL_RIVAL_SCAN)
 			break;
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
@@ -76,9 +77,11 @@ static bool rival_of(s32 cpu, u64 *key, u64 *vtime)
 /*
  * prev, still runnable at the end of its slice, keeps the CPU for another slice when its key
  * (vtime charged up to now, plus its request) is not behind its rival's (rival_of), its vtime
- * lifted to the credit bound below the rival's (CREDIT BOUND above).
+ * lifted to the credit bound below the rival's (CREDIT BOUND above), and when the head of the
+ * other LLC's queue that this dispatch compares with is not behind it by more than its request
+ * (llc.bpf.h, BALANCE).
  */
-static bool keep_prev(struct task_struct *prev, s32 cpu)
+static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
 	u64 key, share, req, rkey, rvtime, floor;
@@ -100,7 +103,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 	share = task_share(prev, tctx);
 	req = vtime_for(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
-	if (rival_of(cpu, &rkey, &rvtime)) {
+	if (rival_of(cpu, llc, &rkey, &rvtime)) {
 		if (time_before(rkey, key))
 			return false;
 		/*
@@ -117,8 +120,9 @@ static bool keep_prev(struct task_struct *prev, s32 cpu)
 			key = floor + req;
 		}
 	}
-	if (time_before(vtime_now, key))
-		vtime_now = key;
+	if (nr_llcs > 1 && llc_behind(other, key, req))
+		return false;
+	front_advance(front_of(llc), key);
 	tctx->phase_kicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice_ns);
 	return true;

@@ -14,7 +14,7 @@
  * ops.dispatch (keep_prev applies the phase and keeps it on) or ops.enqueue, which applies the
  * phase and puts it back at the head of its CPU's local DSQ (task_ctx.phase_kicked), so that it
  * runs on with the new slice and weight rather than losing its CPU to the kick (placed in the
- * shared queue, a thread that ran a while queues behind the hogs' 20 ms slices, and the job lost
+ * LLC's queue, a thread that ran a while queues behind the hogs' 20 ms slices, and the job lost
  * throughput). The first look that finds no followed thread running there stops the timer:
  * ops.stopping does nothing for it, and a CPU that runs only other tasks never has it armed.
  * ops.tick (phase_tick) remains the fallback, at most a tick after a change.

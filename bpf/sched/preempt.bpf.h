@@ -11,7 +11,7 @@
  * a latency target longer than a tick, it does not preempt when some allowed CPU's slice ends,
  * and a tick notices it, within the target: it goes to the head of that CPU's local DSQ and runs
  * when the slice ends. The same task put back while runnable (slice used up, higher class)
- * preempts the same way when it would lead the shared queue (would_lead), so that it does not
+ * preempts the same way when it would lead its LLC's queue (would_lead), so that it does not
  * wait for another CPU's slice to end (100 ms for a batch task). Counters: kick_preempt,
  * preempt_wait, preempt_skip (nothing lower to preempt: queued by its key).
  *
@@ -117,7 +117,7 @@ static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_fl
 	/*
 	 * A CPU whose slice ends (and whose next tick notices it) within the latency target serves
 	 * p in time without a preemption: p goes to the head of that CPU's local DSQ, which the CPU
-	 * runs before it asks ops.dispatch. Not the shared queue: a queued task with a smaller key
+	 * runs before it asks ops.dispatch. Not its LLC's queue: a queued task with a smaller key
 	 * would go first, and p would wait a whole slice more.
 	 */
 	if (soon >= 0) {
@@ -140,10 +140,10 @@ static bool try_preempt(struct task_struct *p, struct task_ctx *tctx, u64 enq_fl
 	return true;
 }
 
-/* True when a task queued with key would be the head of the shared queue. */
-static bool would_lead(u64 key)
+/* True when a task queued with key would be the head of llc's queue. */
+static bool would_lead(u32 llc, u64 key)
 {
-	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(ZERNEL_DSQ_SHARED);
+	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(llc_dsq(llc));
 
 	return !head || !time_before(head->scx.dsq_vtime, key);
 }

@@ -1,11 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * rescue.bpf.h: the starvation bound: no thread waits in the shared queue much longer than
- * starve_ns.
+ * rescue.bpf.h: the starvation bound: no thread waits in a queue much longer than starve_ns.
  *
- * A BPF timer scans the shared queue every ZERNEL_STARVE_SCAN_US (100 ms, starve_scan); a thread
+ * A BPF timer scans the LLCs' queues every ZERNEL_STARVE_SCAN_US (100 ms, starve_scan); a thread
  * queued for longer than starve_ns (default 1 s = 50 default slices, see intf.h) is moved to a
- * FIFO rescue DSQ that ops.dispatch serves before the shared queue. Honest weighting in the
+ * FIFO rescue DSQ that ops.dispatch serves before the LLCs' queues. Honest weighting in the
  * policy's range (a priority -5 hog beside a priority +10 hog on one CPU) makes waits of about
  * 0.6 s, so the bound does not distort normal weights; it exists for what weighting cannot bound
  * (a tenant with thousands of busy threads, extreme weights) and keeps every wait far below the
@@ -15,7 +14,7 @@
  * COST. The rescue DSQ is looked at only while the scan says it may hold tasks (rescue_pending):
  * a DSQ lookup per dispatch is a cost every context switch would pay.
  *
- * Known weakness: the scan is O(queue length) every 100 ms.
+ * Known weakness: the scan is O(queued tasks) every 100 ms.
  *
  * Race accepted: rescue_pending is cleared by a dispatch that found the rescue DSQ empty; a
  * rescue racing with that is served when the next scan (100 ms) sets it again.
@@ -44,6 +43,7 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 	struct task_struct *p;
 	u64 now = now_ns();
 	s32 nr_rescued;
+	u32 llc;
 
 	/*
 	 * The DSQ iterator visits only the tasks queued when it started: bounded. Timer callbacks
@@ -51,18 +51,20 @@ static int starve_scan(void *map, int *key, struct bpf_timer *timer)
 	 * explicit).
 	 */
 	bpf_rcu_read_lock();
-	bpf_for_each(scx_dsq, p, ZERNEL_DSQ_SHARED, 0) {
-		struct task_ctx *tctx;
-		u64 queued_at;
+	bpf_for(llc, 0, nr_llcs) {
+		bpf_for_each(scx_dsq, p, llc_dsq(llc), 0) {
+			struct task_ctx *tctx;
+			u64 queued_at;
 
-		tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
-		if (!tctx)
-			continue;
-		queued_at = tctx->pub.queued_at;
-		if (!queued_at || time_delta(now, queued_at) <= starve_ns)
-			continue;
-		if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_RESCUE, 0))
-			stat_inc(ZERNEL_STAT_STARVE_RESCUE);
+			tctx = bpf_task_storage_get(&zernel_task_ctx, p, 0, 0);
+			if (!tctx)
+				continue;
+			queued_at = tctx->pub.queued_at;
+			if (!queued_at || time_delta(now, queued_at) <= starve_ns)
+				continue;
+			if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, ZERNEL_DSQ_RESCUE, 0))
+				stat_inc(ZERNEL_STAT_STARVE_RESCUE);
+		}
 	}
 	bpf_rcu_read_unlock();
 	/* Set after the moves, and again while anything waits there (see ops.dispatch). */

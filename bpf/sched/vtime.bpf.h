@@ -6,8 +6,9 @@
  *
  *	vtime += used / share(t)		(FP_ONE fixed point: a share of 1 is the machine)
  *
- * with its share from share.bpf.h, and runnable threads wait in one shared DSQ ordered by their
- * key, so over time every busy thread gets CPU in proportion to its share. Run time is the growth
+ * with its share from share.bpf.h, and runnable threads wait in their LLC's DSQ ordered by their
+ * key (one DSQ on a machine of one LLC; the queues of several are kept even by llc.bpf.h), so over
+ * time every busy thread gets CPU in proportion to its share. Run time is the growth
  * of p->se.sum_exec_runtime since the last charge (charge_run), which the kernel brings up to
  * date before ops.stopping, ops.tick and ops.dispatch (update_curr_scx): no clock read, and no
  * start mark in ops.running (the sum grows only while the thread runs, so its value at the last
@@ -23,9 +24,11 @@
  * charges), but it puts a latency-critical thread (50 us target) ahead of a throughput thread
  * (20 ms slice) of equal vtime.
  *
- * LAG. vtime_now is the largest queue key at the head of the shared queue when a CPU took a task
- * from it (ops.dispatch), or that a CPU kept (keep_prev, dispatch.bpf.h), so it follows a thread
- * that runs alone. Every wakeup bounds the thread's key to
+ * LAG. vtime_now, the front of an LLC's queue (llc_fronts), is the largest queue key at the head
+ * of that queue when one of its CPUs took a task from it (ops.dispatch), or that one kept
+ * (keep_prev, dispatch.bpf.h), so it follows a thread that runs alone; with several LLCs each
+ * front also follows the others' when they are ahead (llc.bpf.h), so the fronts are about one.
+ * Every wakeup bounds the thread's key, by the front of its CPU's LLC, to
  *
  *	vtime_now - credit  <=  key  <=  vtime_now + lead
  *
@@ -50,7 +53,7 @@
  * threads keeps them only while its threads' credit lasts; host noise on its CPUs wears a bounded
  * credit down, which is why keep_prev's credit bound applies only against pinned rivals.
  *
- * Race accepted: vtime_now is updated without atomics (as in scx_simple): a lost update only
+ * Race accepted: a front is updated without atomics (as in scx_simple): a lost update only
  * lowers the sleeper credit floor for a moment.
  */
 #ifndef ZERNEL_SCHED_VTIME_BPF_H
@@ -65,12 +68,24 @@ enum {
 	ZERNEL_USED_MAX_NS = 1000000000, /* a single charge covers at most 1 s of run time */
 };
 
-/*
- * The front of the shared queue in virtual time (LAG above); moved by ops.dispatch, keep_prev.
- * Every CPU's dispatch writes it: a section of its own keeps it off the lines that every callback
- * only reads (the decision generations in .bss).
- */
-private(ZVTIME) u64 vtime_now;
+/* The front of an LLC's queue (vtime_now of LAG). */
+static __always_inline u64 *front_of(u32 llc)
+{
+	return &llc_state(llc)->vtime_now;
+}
+
+/* The front of the queue a CPU serves. */
+static __always_inline u64 *cpu_front(s32 cpu)
+{
+	return front_of(llc_of(cpu));
+}
+
+/* The front moves forward only (LAG). Racy, as in scx_simple: a lost update lowers it a moment. */
+static __always_inline void front_advance(u64 *front, u64 key)
+{
+	if (time_before(*front, key))
+		*front = key;
+}
 
 /* Virtual time for ns of run time at a share: ns * FP_ONE / share. */
 static __always_inline u64 vtime_for(u64 ns, u64 share)
@@ -96,10 +111,10 @@ static __always_inline u64 task_request(const struct task_ctx *tctx)
  * in order, can run ahead of a group's keys (a CPU that cannot run the head takes a later task),
  * so a bound there would shift shares. See LAG above.
  */
-static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share)
+static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share, u64 v)
 {
 	/* One division where the request is the slice and the slice the default (most threads). */
-	u64 v = vtime_now, slice = vtime_for(tctx->slice_ns, share);
+	u64 slice = vtime_for(tctx->slice_ns, share);
 	u64 req = tctx->latency_ns ? vtime_for(tctx->latency_ns, share) : slice;
 	u64 credit = tctx->slice_ns == SLICE_DFL_NS ? slice : vtime_for(SLICE_DFL_NS, share);
 	u64 lo = v - credit, hi = v + 2 * slice;
@@ -114,11 +129,14 @@ static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share)
 }
 
 /*
- * A waking thread: counts the wakeup, joins its node's runnable weight and bounds its lag. Called
- * from ops.select_cpu and, for wakeups that skip it (one allowed CPU, migration disabled), from
- * ops.enqueue: the work of ops.runnable, without the cost of a separate callback on every wakeup.
+ * A waking thread: counts the wakeup, joins its node's runnable weight and bounds its lag against
+ * the front of the queue of cpu's LLC (its previous CPU's in ops.select_cpu: the fronts of the
+ * LLCs stay within about a slice of each other, llc.bpf.h). Called from ops.select_cpu and, for
+ * wakeups that skip it (one allowed CPU, migration disabled), from ops.enqueue: the work of
+ * ops.runnable, without the cost of a separate callback on every wakeup.
  */
-static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu)
+static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu,
+				      s32 cpu)
 {
 	u64 share;
 
@@ -126,7 +144,7 @@ static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tc
 		tctx->pub.wakeups++;
 	tctx->wakeup_counted = 1;
 	share = joined_share(tctx, task_account(p, tctx));
-	clamp_lag(tctx, share);
+	clamp_lag(tctx, share, *cpu_front(cpu));
 	return share;
 }
 

@@ -174,4 +174,58 @@ Result<TopologyInfo> read_topology(const std::string& sys_root, const std::strin
   return info;
 }
 
+namespace {
+
+// The CPUs sharing CPU cpu's cache of the highest level >= 3 that holds data, or none.
+std::optional<std::vector<std::uint32_t>> llc_cpus(const fs::path& cpu_dir) {
+  std::error_code ec;
+  std::optional<std::vector<std::uint32_t>> best;
+  std::uint64_t best_level = 0;
+  for (fs::directory_iterator it(cpu_dir / "cache", ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind("index", 0) != 0) continue;
+    auto level_text = read_file((it->path() / "level").string());
+    auto type_text = read_file((it->path() / "type").string());
+    auto shared = read_file((it->path() / "shared_cpu_list").string());
+    if (!level_text || !shared) continue;
+    auto level = parse_u64(trim(*level_text));
+    if (!level || *level < 3 || *level <= best_level) continue;
+    if (type_text && trim(*type_text) == "Instruction") continue;
+    auto cpus = parse_cpu_list(*shared);
+    if (!cpus || cpus->empty()) continue;
+    best_level = *level;
+    best = std::move(*cpus);
+  }
+  return best;
+}
+
+}  // namespace
+
+CpuLlcs read_cpu_llcs(const std::string& sys_root, std::uint32_t nr_cpus, std::uint32_t max_llcs) {
+  CpuLlcs out;
+  out.llc_of.assign(nr_cpus, 0);
+  if (max_llcs == 0) max_llcs = 1;
+  const fs::path cpus_dir = fs::path(sys_root) / "devices/system/cpu";
+  // Each LLC by its first CPU; dense ids in the order of first CPUs.
+  std::vector<std::uint32_t> first_of(nr_cpus, UINT32_MAX);
+  std::vector<std::uint32_t> firsts;
+  for (std::uint32_t cpu = 0; cpu < nr_cpus; ++cpu) {
+    auto shared = llc_cpus(cpus_dir / ("cpu" + std::to_string(cpu)));
+    if (!shared) continue;
+    first_of[cpu] = *std::min_element(shared->begin(), shared->end());
+    firsts.push_back(first_of[cpu]);
+  }
+  std::sort(firsts.begin(), firsts.end());
+  firsts.erase(std::unique(firsts.begin(), firsts.end()), firsts.end());
+  out.found = static_cast<std::uint32_t>(firsts.size());
+  if (firsts.size() <= 1) return out;
+  for (std::uint32_t cpu = 0; cpu < nr_cpus; ++cpu) {
+    if (first_of[cpu] == UINT32_MAX) continue;
+    const auto id = static_cast<std::uint32_t>(
+        std::lower_bound(firsts.begin(), firsts.end(), first_of[cpu]) - firsts.begin());
+    out.llc_of[cpu] = id % max_llcs;
+  }
+  out.nr_llcs = std::min<std::uint32_t>(out.found, max_llcs);
+  return out;
+}
+
 }  // namespace zernel::sys

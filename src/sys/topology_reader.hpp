@@ -8,6 +8,7 @@
 //   <sys>/bus/pci/devices/BUSID/{vendor,class,numa_node}
 //       NVIDIA GPUs: vendor 0x10de, class 0x0300xx or 0x0302xx
 //   <proc>/driver/nvidia/gpus/BUSID/information   "Device Minor: N", the driver's GPU number
+//   <sys>/devices/system/cpu/cpuN/cache/indexK/{level,type,shared_cpu_list}   the caches of CPU N
 //
 // GPUs are numbered as the driver numbers them (its device minor, which is what /dev/nvidiaN
 // and NVML use); without the driver's files, in PCI bus id order, which is the order the driver
@@ -42,5 +43,17 @@ Result<std::vector<std::uint32_t>> parse_cpu_list(const std::string& text);
 // Fails only when no CPU at all can be found.
 Result<TopologyInfo> read_topology(const std::string& sys_root = "/sys",
                                    const std::string& proc_root = "/proc");
+
+// The last-level cache of each CPU id below nr_cpus, as dense ids (0, 1, ... in the order of
+// each LLC's first CPU): CPUs whose level-3 (or higher) cache lists the same CPUs share one.
+// A CPU with no such cache (offline, or a machine whose caches the kernel does not describe)
+// is in LLC 0; with none found at all, every CPU is. More than max_llcs LLCs fold onto
+// max_llcs ids (id % max_llcs): LLCs of the same id then share a queue.
+struct CpuLlcs {
+  std::vector<std::uint32_t> llc_of;  // nr_cpus entries
+  std::uint32_t nr_llcs = 1;
+  std::uint32_t found = 0;  // LLCs found before folding (0: no cache topology)
+};
+CpuLlcs read_cpu_llcs(const std::string& sys_root, std::uint32_t nr_cpus, std::uint32_t max_llcs);
 
 }  // namespace zernel::sys

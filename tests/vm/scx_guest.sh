@@ -17,8 +17,10 @@
 #   sharing   a real node's sharing: a thread that ran alone keeps running when hogs arrive;
 #             cpu.max caps a cgroup; sibling cgroups share by cpu.weight, also a group entitled
 #             to exactly one CPU per thread and a pinned thread beside one whose share exceeds its
-#             CPU; a tenant is one level of the cgroup tree (vs untenanted cgroups, splits with more threads than CPUs,
-#             its class); a task preempted by a SCHED_FIFO task moves to another CPU
+#             CPU; a tenant is one level of the cgroup tree (vs untenanted cgroups, splits with
+#             more threads than CPUs, its class); a task preempted by a SCHED_FIFO task moves to
+#             another CPU; on a guest of two LLCs (case llc, not in the default list) groups
+#             started on one LLC each share by weight across the two queues
 #   bench     pipe ping-pong and messaging under EEVDF, zernel, scx_simple (if present) and an
 #             older zernel driver ($SCX_BENCH_BASE, if set), in rounds of rotating order
 # Results are "@@ " lines on stdout; the exit status is the number of failed checks, or 77 when
@@ -734,6 +736,32 @@ share_splits() {
   ratio "tenants 6:2 GPUs with 1 and $((6 * k)) hogs, $(nproc) CPUs (one CPU caps the first)" \
     "$(ideal 458 1 153 $((6 * k)))" 15 "$secs" $a -- $b
   stop_all tenants-1-6
+}
+
+share_llc() {
+  # 5b. Two LLCs (scx_sharing_test.sh --llcs 2): cgroups of cpu.weight 300 and 100, the first's
+  # hogs started on the first LLC's CPUs and the second's on the second's, then free to run
+  # anywhere: each group waits in its own LLC's queue, and only the balance between the queues
+  # (bpf/sched/llc.bpf.h) gives 3:1 rather than a half of the machine each.
+  l0=$(cat /sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list 2> /dev/null)
+  n=$(nproc)
+  l1=$(cat "/sys/devices/system/cpu/cpu$((n - 1))/cache/index3/shared_cpu_list" 2> /dev/null)
+  if [ -z "$l0" ] || [ "$l0" = "$l1" ]; then
+    bad "llc: the guest has one LLC (CPU 0's: '$l0', CPU $((n - 1))'s: '$l1'); boot with --llcs 2"
+    return
+  fi
+  start_driver || return
+  grep -q "$n CPUs, [0-9]* NUMA nodes, 2 queues: one per LLC" /tmp/drv.out /tmp/drv.err ||
+    bad "llc: the driver did not report 2 queues: $(grep -h -m1 attached /tmp/drv.out /tmp/drv.err)"
+  cg z_w300 300; hogs $((4 * k)) z_w300 "$l0"; a=$pids
+  cg z_w100 100; hogs $((4 * k)) z_w100 "$l1"; b=$pids
+  all="$a $b"
+  sleep 1
+  for p in $all; do taskset -pc "0-$((n - 1))" "$p" > /dev/null; done
+  ratio "two LLCs ($l0 | $l1): cgroups cpu.weight 300:100, $((4 * k)) hogs each started on one LLC each" \
+    "$(ideal 300 $((4 * k)) 100 $((4 * k)))" 5 "$secs" $a -- $b
+  stop_all llc
+  r "llc: $(json_num llc_steal) tasks taken from the other LLC's queue"
 }
 
 share_class() {

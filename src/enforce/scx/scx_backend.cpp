@@ -221,10 +221,17 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   auto nodes = read_cpu_nodes(options.sys_root, options.proc_root,
                               std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
 
+  const std::uint32_t table_cpus = std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS);
+  const sys::CpuLlcs llcs =
+      sys::read_cpu_llcs(options.sys_root.string(), table_cpus, ZERNEL_MAX_LLCS);
+  std::vector<std::uint8_t> llc_of(llcs.llc_of.begin(), llcs.llc_of.end());
+
   zernel_scx_open_opts opts{};
   opts.nr_cpus = nr_cpus;
   opts.nr_nodes = nr_nodes;
   opts.cpu_node = nodes.data();
+  opts.nr_llcs = llcs.nr_llcs;
+  opts.cpu_llc = llc_of.data();
   opts.starve_ns = options.starve_ns;
   if (auto hz = read_config_hz(options.boot_root / ("config-" + kernel_release()))) {
     opts.tick_ns = 1'000'000'000ULL / *hz;
@@ -257,8 +264,16 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
     return Error(-ret, std::string("loading the sched_ext scheduler: ") + err);
   }
   std::unique_ptr<ScxBackend> b(new ScxBackend(options, handle));
-  spdlog::info("sched_ext: scheduler \"{}\" attached ({} switch, {} CPUs, {} NUMA nodes)",
-               ZERNEL_SCHED_NAME, options.partial ? "partial" : "full", nr_cpus, nr_nodes);
+  std::string queues = "one per LLC";
+  if (llcs.found == 0) {
+    queues = "no LLC topology found";
+  } else if (llcs.found != llcs.nr_llcs) {
+    queues = fmt::format("{} LLCs folded onto them", llcs.found);
+  }
+  spdlog::info(
+      "sched_ext: scheduler \"{}\" attached ({} switch, {} CPUs, {} NUMA nodes, {} queue{}: {})",
+      ZERNEL_SCHED_NAME, options.partial ? "partial" : "full", nr_cpus, nr_nodes, llcs.nr_llcs,
+      llcs.nr_llcs == 1 ? "" : "s", queues);
   if (options.partial) {
     spdlog::warn(
         "sched_ext: partial switch: only the processes given decisions run under sched_ext, "

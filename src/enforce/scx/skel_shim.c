@@ -164,10 +164,11 @@ static void drop_missing_ops_set_caps(struct zernel_scx *s,
 		s->caps |= ZERNEL_SCX_CAP_CPU_RELEASE;
 }
 
-/* CPUs, NUMA nodes and each CPU's node into rodata, clamped to the contract's limits. */
+/* CPUs, NUMA nodes, LLCs and each CPU's node and LLC into rodata, clamped to the contract's
+ * limits. */
 static void set_topology_rodata(struct zernel_scx *s, const struct zernel_scx_open_opts *opts)
 {
-	__u32 nr_cpus, nr_nodes, cpu;
+	__u32 nr_cpus, nr_nodes, nr_llcs, cpu;
 
 	nr_cpus = opts->nr_cpus ? opts->nr_cpus : 1;
 	if (nr_cpus > ZERNEL_MAX_CPUS) {
@@ -178,12 +179,18 @@ static void set_topology_rodata(struct zernel_scx *s, const struct zernel_scx_op
 	nr_nodes = opts->nr_nodes ? opts->nr_nodes : 1;
 	if (nr_nodes > ZERNEL_MAX_NODES)
 		nr_nodes = ZERNEL_MAX_NODES;
+	nr_llcs = opts->nr_llcs && opts->cpu_llc ? opts->nr_llcs : 1;
+	if (nr_llcs > ZERNEL_MAX_LLCS)
+		nr_llcs = ZERNEL_MAX_LLCS;
 	s->skel->rodata->nr_cpus = nr_cpus;
 	s->skel->rodata->nr_nodes = nr_nodes;
+	s->skel->rodata->nr_llcs = nr_llcs;
 	for (cpu = 0; cpu < nr_cpus; cpu++) {
 		__u8 node = opts->cpu_node ? opts->cpu_node[cpu] : 0;
+		__u8 llc = opts->cpu_llc ? opts->cpu_llc[cpu] : 0;
 
 		s->skel->rodata->cpu_node[cpu] = node < nr_nodes ? node : 0;
+		s->skel->rodata->cpu_llc[cpu] = llc < nr_llcs ? llc : 0;
 	}
 }
 

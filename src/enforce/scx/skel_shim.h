@@ -27,6 +27,8 @@ struct zernel_scx_open_opts {
 	__u32 nr_cpus;		/* possible CPU ids; at most ZERNEL_MAX_CPUS are handled */
 	__u32 nr_nodes;		/* NUMA node ids; at most ZERNEL_MAX_NODES */
 	const __u8 *cpu_node;	/* nr_cpus entries: the node of each CPU (NULL: all node 0) */
+	__u32 nr_llcs;		/* queues, one per LLC; at most ZERNEL_MAX_LLCS (0: one) */
+	const __u8 *cpu_llc;	/* nr_cpus entries: the LLC of each CPU (NULL: all LLC 0) */
 	__u64 starve_ns;	/* starvation bound, ns; 0 = ZERNEL_STARVE_DFL_US */
 	__u32 switch_partial;	/* 1: SCX_OPS_SWITCH_PARTIAL (only SCHED_EXT tasks move) */
 	__u32 max_tasks;	/* entries of zernel_decisions (max_tracked_tasks); 0 = ZERNEL_MAX_TASKS */

@@ -10,8 +10,6 @@
 namespace zernel::sys {
 namespace {
 
-namespace fs = std::filesystem;
-
 // A fabricated sysfs/procfs tree in a fresh temporary directory, removed at the end.
 class FakeTree : public test_support::TempTree {
  public:
@@ -28,6 +26,22 @@ class FakeTree : public test_support::TempTree {
     write(d + "/vendor", vendor + "\n");
     write(d + "/class", cls + "\n");
     write(d + "/numa_node", numa + "\n");
+  }
+  // CPU cpu's cache index idx: its level, type and the CPUs that share it.
+  void cache(int cpu, int idx, int level, const std::string& type,
+             const std::string& shared) const {
+    const std::string d =
+        "sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(idx);
+    write(d + "/level", std::to_string(level) + "\n");
+    write(d + "/type", type + "\n");
+    write(d + "/shared_cpu_list", shared + "\n");
+  }
+  // A CPU with its own L1d, L1i and L2, and an L3 shared with l3.
+  void cpu_caches(int cpu, const std::string& l3) const {
+    cache(cpu, 0, 1, "Data", std::to_string(cpu));
+    cache(cpu, 1, 1, "Instruction", std::to_string(cpu));
+    cache(cpu, 2, 2, "Unified", std::to_string(cpu));
+    cache(cpu, 3, 3, "Unified", l3);
   }
   [[nodiscard]] std::string sys() const { return (dir() / "sys").string(); }
   [[nodiscard]] std::string proc() const { return (dir() / "proc").string(); }
@@ -149,6 +163,59 @@ TEST(TopologyReader, empty_tree_is_an_error_naming_the_root) {
   auto r = read_topology(t.sys(), t.proc());
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message().find(t.sys()), std::string::npos);
+}
+
+TEST(CpuLlcs, groups_cpus_by_their_shared_level_3_cache_in_order_of_first_cpu) {
+  FakeTree t;
+  // Two LLCs, interleaved as on a two-socket machine that numbers the sockets' CPUs in turn.
+  for (int cpu = 0; cpu < 8; ++cpu) t.cpu_caches(cpu, cpu % 2 == 0 ? "0,2,4,6" : "1,3,5,7");
+  const CpuLlcs l = read_cpu_llcs(t.sys(), 8, 64);
+  EXPECT_EQ(l.nr_llcs, 2U);
+  EXPECT_EQ(l.found, 2U);
+  EXPECT_EQ(l.llc_of, (std::vector<std::uint32_t>{0, 1, 0, 1, 0, 1, 0, 1}));
+}
+
+TEST(CpuLlcs, without_a_level_3_cache_every_cpu_shares_one_queue) {
+  FakeTree t;
+  for (int cpu = 0; cpu < 4; ++cpu) {
+    t.cache(cpu, 0, 1, "Data", std::to_string(cpu));
+    t.cache(cpu, 1, 2, "Unified", std::to_string(cpu));  // a per-core L2 is no LLC to queue by
+  }
+  const CpuLlcs l = read_cpu_llcs(t.sys(), 4, 64);
+  EXPECT_EQ(l.nr_llcs, 1U);
+  EXPECT_EQ(l.found, 0U);
+  EXPECT_EQ(l.llc_of, (std::vector<std::uint32_t>(4, 0)));
+}
+
+TEST(CpuLlcs, cpus_without_cache_files_or_with_a_garbled_list_are_in_llc_0) {
+  FakeTree t;
+  t.cpu_caches(0, "0-1");
+  t.cpu_caches(1, "0-1");
+  t.cpu_caches(2, "2-3");
+  t.cpu_caches(3, "2-x");  // garbled: no LLC of its own
+  // CPU 4 (possible, not present) has no cache directory at all.
+  const CpuLlcs l = read_cpu_llcs(t.sys(), 5, 64);
+  EXPECT_EQ(l.nr_llcs, 2U);
+  EXPECT_EQ(l.llc_of, (std::vector<std::uint32_t>{0, 0, 1, 0, 0}));
+}
+
+TEST(CpuLlcs, more_llcs_than_queues_fold_onto_them) {
+  FakeTree t;
+  for (int cpu = 0; cpu < 8; ++cpu) {
+    const int first = cpu - cpu % 2;
+    t.cpu_caches(cpu, std::to_string(first) + "-" + std::to_string(first + 1));
+  }
+  const CpuLlcs l = read_cpu_llcs(t.sys(), 8, 3);
+  EXPECT_EQ(l.found, 4U);
+  EXPECT_EQ(l.nr_llcs, 3U);
+  EXPECT_EQ(l.llc_of, (std::vector<std::uint32_t>{0, 0, 1, 1, 2, 2, 0, 0}));
+}
+
+TEST(CpuLlcs, an_empty_tree_is_one_queue) {
+  FakeTree t;
+  const CpuLlcs l = read_cpu_llcs(t.sys(), 3, 64);
+  EXPECT_EQ(l.nr_llcs, 1U);
+  EXPECT_EQ(l.llc_of, (std::vector<std::uint32_t>(3, 0)));
 }
 
 TEST(TopologyReader, reads_the_real_machine) {
