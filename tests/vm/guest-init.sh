@@ -40,6 +40,9 @@ for t in /dev/ttyS1 /dev/ttyS2 /dev/ttyS3; do
 done
 
 cd / || fail "cd /"
+# The host's mark that the boot is over and the command runs (run-in-vm.sh: a kernel panic
+# before it is a boot failure, booted once more).
+echo "zernel-init: running the command" > /dev/console
 /zernel/cmd < /dev/null > /dev/ttyS1 2> /dev/ttyS2
 echo "$?" > "$status"
 sync

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Self-test of run-in-vm.sh, two boots: the exit status, stdout and stderr kept apart, --add, the
-# build's dynamically linked binaries on PATH, argument quoting, then the timeout.
+# Self-test of run-in-vm.sh, five boots: the exit status, stdout and stderr kept apart, --add, the
+# build's dynamically linked binaries on PATH, argument quoting; the timeout; a kernel that
+# panics while booting (no init to run) is booted once more, then reported as the harness's
+# failure.
 set -euo pipefail
 run=$(dirname "$(realpath "$0")")/run-in-vm.sh
 tmp=$(mktemp -d)
@@ -28,3 +30,13 @@ rc=0; ZERNEL_VM_TIMEOUT=20 "$run" -- sleep 600 > /dev/null 2> "$tmp/err" || rc=$
 [ "$rc" = 124 ] || fail "timeout: status $rc, want 124"
 grep -q 'timed out after 20s' "$tmp/err" || fail "timeout message: $(cat "$tmp/err")"
 echo "ok: timeout"
+
+# rdinit and init pointing nowhere: the kernel panics before guest-init.sh, every boot.
+rc=0
+ZERNEL_VM_APPEND="rdinit=/nonexistent init=/nonexistent" "$run" -- true > /dev/null \
+  2> "$tmp/err" || rc=$?
+[ "$rc" = 125 ] || fail "panic while booting: status $rc, want 125"
+grep -q 'panicked while booting, before the command ran; booting once more' "$tmp/err" ||
+  fail "panic while booting: no second boot: $(cat "$tmp/err")"
+grep -q 'reported no exit status' "$tmp/err" || fail "panic while booting: $(cat "$tmp/err")"
+echo "ok: a panic while booting is booted once more, then reported"
