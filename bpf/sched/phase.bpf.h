@@ -136,14 +136,18 @@ static __always_inline void phase_delay_count(struct task_ctx *tctx, u64 since_n
  * arrives), it gets the last entry: the engine's blocked GPU waiter, whose priority is the step's
  * critical phases' (src/policy/phase.hpp). Given that of GpuCompute, such a thread waited up to
  * the 1 s starvation bound behind DataLoader workers at 28 times its weight (issue 24 item 6).
- * Entering a sync is no phase change: a launching thread that then spins in its sync keeps this
- * policy until its next change or wakeup.
+ * `woken`: it woke inside the sync and has not slept since (task_ctx.woke_in_sync): a thread
+ * whose wait is over keeps that policy until its sync returns, also when it is put back before
+ * (preempted, its slice over), where GpuCompute's weight and 20 ms slice put its queue key more
+ * than a second of the machine's time ahead (traced: a rank waited 1,087 ms so, once per 300
+ * steps). Entering a sync is no phase change: a launching thread that then spins in its sync
+ * keeps this policy until its next change or wakeup.
  */
-static __always_inline u32 phase_policy_index(const struct zernel_phase_thread *st, bool waking)
+static __always_inline u32 phase_policy_index(const struct zernel_phase_thread *st, bool woken)
 {
 	u32 idx = phase_index(st->phase);
 
-	if (idx == ZERNEL_PHASE_GPU_COMPUTE && (!st->depth || waking))
+	if (idx == ZERNEL_PHASE_GPU_COMPUTE && (!st->depth || woken))
 		idx = ZERNEL_PHASE_NR;
 	return idx;
 }
@@ -165,7 +169,9 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	set_followed(p, tctx, !!st);
 	if (!st)
 		return false;
-	idx = phase_policy_index(st, waking);
+	if (waking)
+		tctx->woke_in_sync = st->depth ? 1 : 0;
+	idx = phase_policy_index(st, tctx->woke_in_sync);
 	/* (idx is at most ZERNEL_PHASE_NR: the second test is the bound of the policy table.) */
 	if (idx == tctx->applied_phase || idx > ZERNEL_PHASE_NR) {
 		/* Nothing to apply (it changed and changed back): nothing to count later. */
@@ -192,12 +198,14 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 
 /*
  * A followed thread goes to sleep: a phase change it ran with and the scheduler did not act on
- * is counted with the time it ran (its wakeup applies it, and must not count it as a wakeup's).
+ * is counted with the time it ran (its wakeup applies it, and must not count it as a wakeup's);
+ * a sync's ended wait (woke_in_sync) is over.
  */
 static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_phase_thread *st;
 
+	tctx->woke_in_sync = 0;
 	st = phase_state(p);
 	if (!st || !phase_change_unseen(st, tctx))
 		return;

@@ -57,7 +57,9 @@ struct task_ctx {
 	u8 followed;	    /* 1: phase_follow found the probes' state of it (kept across
 			     * decisions: ops.running arms the phase timer for it); counted in
 			     * followed_slots (set_followed) */
-	u8 __pad[2];
+	u8 woke_in_sync;    /* 1: it woke inside a GPU sync it slept in, and has not slept since:
+			     * its wait is over (phase_policy_index, phase.bpf.h) */
+	u8 __pad[1];
 	u64 seen_since_ns;  /* ns: the probes' since_ns of the last phase change the scheduler
 			     * has seen (phase_change_unseen, phase.bpf.h) */
 	u64 charged_sum_ns; /* ns: p->se.sum_exec_runtime when its run time was last charged (or
