@@ -12,13 +12,13 @@
  * runnable thread has a share of the machine, from the cgroup tree (cpu.weight, level by level),
  * the tenants (one more level of it, weighing their GPUs) and its weight inside its group (the
  * phase's priority). Run time is charged to it as virtual time, used / share, and it waits in its
- * LLC's DSQ ordered by its vtime plus a virtual request (its latency target or slice), its lag
- * bounded at every wakeup; CPUs take from another LLC's queue when theirs is empty or the other
- * is further behind, which keeps the machine-wide shares. Around that: cgroups' cpu.max caps their run time; a latency-critical
- * wakeup preempts lower-weight work; the thread whose slice ended keeps its CPU unless a rival
- * is ahead; a thread queued for 1 s is rescued; the threads of GPU processes are scheduled by
- * their own phase as the probes see it change; a CPU taken by a real-time task hands its queued
- * tasks back (ops.cpu_release).
+ * LLC's DSQ ordered by its vtime plus a virtual request (its latency target, else its burst),
+ * its lag bounded at every wakeup; CPUs take from another LLC's queue when theirs is empty or the
+ * other is further behind, which keeps the machine-wide shares. Around that: cgroups' cpu.max
+ * caps their run time; a latency-critical wakeup preempts lower-weight work; the thread whose
+ * slice ended keeps its CPU unless a rival is ahead; a thread queued for 1 s is rescued; the
+ * threads of GPU processes are scheduled by their own phase as the probes see it change; a CPU
+ * taken by a real-time task hands its queued tasks back (ops.cpu_release).
  *
  * THE PARTS, one header of static functions per concern under bpf/sched/, each opening with its
  * own essay (the algorithm, a worked example, known weaknesses, races accepted), in the order
