@@ -217,11 +217,10 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   int possible = libbpf_num_possible_cpus();
   if (possible <= 0) return Error(-possible, "loading the sched_ext scheduler: no possible CPUs");
   auto nr_cpus = static_cast<std::uint32_t>(possible);
-  std::uint32_t nr_nodes = 1;
-  auto nodes = read_cpu_nodes(options.sys_root, options.proc_root,
-                              std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS), nr_nodes);
-
+  // The per-CPU tables of the scheduler (node, LLC) cover CPU ids below ZERNEL_MAX_CPUS.
   const std::uint32_t table_cpus = std::min<std::uint32_t>(nr_cpus, ZERNEL_MAX_CPUS);
+  std::uint32_t nr_nodes = 1;
+  auto nodes = read_cpu_nodes(options.sys_root, options.proc_root, table_cpus, nr_nodes);
   const sys::CpuLlcs llcs =
       sys::read_cpu_llcs(options.sys_root.string(), table_cpus, ZERNEL_MAX_LLCS);
   std::vector<std::uint8_t> llc_of(llcs.llc_of.begin(), llcs.llc_of.end());
