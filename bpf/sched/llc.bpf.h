@@ -106,17 +106,28 @@ static u64 queued_request(struct task_struct *p)
 }
 
 /*
- * True when the head of llc's queue is behind key by more than bound (BALANCE). A queue not
- * marked as waiting is not looked at: its head would cost a hash lookup to find missing.
+ * The key of the head of llc's queue, when it has one. A queue not marked as waiting is not
+ * looked at: its head would cost a hash lookup to find missing.
  */
-static bool llc_behind(u32 llc, u64 key, u64 bound)
+static bool llc_head_key(u32 llc, u64 *key)
 {
 	struct task_struct *h;
 
 	if (!llc_state(llc)->waiting)
 		return false;
 	h = __COMPAT_scx_bpf_dsq_peek(llc_dsq(llc));
-	return h && time_before(h->scx.dsq_vtime + bound, key);
+	if (!h)
+		return false;
+	*key = h->scx.dsq_vtime;
+	return true;
+}
+
+/* True when the head of llc's queue is behind key by more than bound (BALANCE). */
+static bool llc_behind(u32 llc, u64 key, u64 bound)
+{
+	u64 hk;
+
+	return llc_head_key(llc, &hk) && time_before(hk + bound, key);
 }
 
 /* A front follows another LLC's front that is ahead (BALANCE, first point). */
@@ -144,14 +155,15 @@ static bool llc_take(u32 llc)
  */
 static bool llc_balance(u32 llc, u32 other, struct task_struct *head)
 {
+	u64 key, okey;
 	u32 i, l;
 
 	if (head) {
-		/* Only a head behind its own is worth the storage lookup of the bound. */
-		if (!llc_behind(other, head->scx.dsq_vtime, 0))
+		/* One peek; only a head behind its own is worth the storage lookup of the bound. */
+		key = head->scx.dsq_vtime;
+		if (!llc_head_key(other, &okey) || !time_before(okey, key))
 			return false;
-		return llc_behind(other, head->scx.dsq_vtime, queued_request(head)) &&
-		       llc_take(other);
+		return time_before(okey + queued_request(head), key) && llc_take(other);
 	}
 	if (llc_take(other))
 		return true;
