@@ -539,6 +539,61 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
 }
 
 /*
+ * A followed thread is back on a CPU after the sleep its switch-out recorded (the flags below):
+ * the call it slept in returned. Run at its switch-in, or, when the kernel switched it in without
+ * the tracepoint (seen on Linux 6.18: a thread woken and running with no sched_switch naming it
+ * as next, neither in this program nor in ftrace; a rank in 2 ms NCCL waits beside a CPU hog
+ * lost one wake in a few hundred), at its next switch-out, which shows it ran: the change is
+ * then late by its run, and counted (ZERNEL_PROBE_STAT_WAKE_UNSEEN).
+ */
+static __always_inline bool phase_wake_pending(const struct zernel_phase_thread *st)
+{
+	return st->nccl_wait || st->data_wait || st->sleep_ns;
+}
+
+static __always_inline void phase_woke(struct zernel_phase_thread *st, struct task_struct *task,
+				       __u64 *now)
+{
+	if (st->nccl_wait) {
+		/* Woken from its NCCL futex wait: the call returns. */
+		st->nccl_wait = 0;
+		if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
+			phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP,
+				  ZERNEL_CAUSE_NCCL_DONE, now_of(now));
+	}
+	if (st->data_wait) {
+		/*
+		 * Woken from the data wait that made it DataLoading: the batch is there, and what
+		 * the thread does next is the step's GPU work (its launches, then the sync). This
+		 * is where the launch probe used to start GpuCompute, without a trap per launch.
+		 */
+		st->data_wait = 0;
+		if (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING)
+			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
+				  ZERNEL_CAUSE_DATA_ARRIVED, now_of(now));
+	}
+	if (st->role == ZERNEL_PHASE_ROLE_RANK && st->sleep_ns) {
+		/* Back from a futex wait begun in batch_wait_from's phases: long, a batch's. */
+		if (now_of(now) - st->sleep_ns >= zernel_batch_wait_ns && batch_wait_from(st)) {
+			phase_set(st, task, ZERNEL_PROBE_PHASE_DATA_LOADING,
+				  ZERNEL_CAUSE_BATCH_WAIT, st->sleep_ns);
+			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
+				  ZERNEL_CAUSE_DATA_ARRIVED, *now);
+		}
+		st->sleep_ns = 0;
+	}
+	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
+		if (now_of(now) - st->sleep_ns >= zernel_idle_hyst_ns) {
+			phase_set(st, task, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_WORKER_IDLE,
+				  st->sleep_ns);
+			phase_set(st, task, ZERNEL_PROBE_PHASE_DATA_LOADING,
+				  ZERNEL_CAUSE_WORKER_RUN, *now);
+		}
+		st->sleep_ns = 0;
+	}
+}
+
+/*
  * The context switch. While any process is followed it runs for every switch of the machine;
  * prev and next of processes nobody follows leave at their bit in zernel_follow.
  *
@@ -574,6 +629,10 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	}
 	if (zernel_phase_rules)
 		st = phase_thread(prev, true, &now);
+	if (st && phase_wake_pending(st)) { /* it ran since that sleep, unseen */
+		stat_inc(ZERNEL_PROBE_STAT_WAKE_UNSEEN);
+		phase_woke(st, prev, &now);
+	}
 	if (st && st->role == ZERNEL_PHASE_ROLE_RANK && !rank_driver(st, prev)) {
 		/* Not a driver: no phase (the main thread had one while it was the driver). */
 		if (st->phase != ZERNEL_PROBE_PHASE_UNKNOWN)
@@ -619,42 +678,8 @@ next_task:
 	st = phase_thread(next, false, &now);
 	if (!st)
 		return 0;
-	if (st->nccl_wait) {
-		/* Woken from its NCCL futex wait: the call returns. */
-		st->nccl_wait = 0;
-		if (st->phase == ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE)
-			phase_set(st, next, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP,
-				  ZERNEL_CAUSE_NCCL_DONE, now_of(&now));
-	}
-	if (st->data_wait) {
-		/*
-		 * Woken from the data wait that made it DataLoading: the batch is there, and what
-		 * the thread does next is the step's GPU work (its launches, then the sync). This
-		 * is where the launch probe used to start GpuCompute, without a trap per launch.
-		 */
-		st->data_wait = 0;
-		if (st->phase == ZERNEL_PROBE_PHASE_DATA_LOADING)
-			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
-				  ZERNEL_CAUSE_DATA_ARRIVED, now_of(&now));
-	}
-	if (st->role == ZERNEL_PHASE_ROLE_RANK && st->sleep_ns) {
-		/* Back from a futex wait begun in batch_wait_from's phases: long, a batch's. */
-		if (now_of(&now) - st->sleep_ns >= zernel_batch_wait_ns && batch_wait_from(st)) {
-			phase_set(st, next, ZERNEL_PROBE_PHASE_DATA_LOADING,
-				  ZERNEL_CAUSE_BATCH_WAIT, st->sleep_ns);
-			phase_set(st, next, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
-				  ZERNEL_CAUSE_DATA_ARRIVED, now);
-		}
-		st->sleep_ns = 0;
-	}
-	if (st->role == ZERNEL_PHASE_ROLE_WORKER && st->sleep_ns) {
-		if (now_of(&now) - st->sleep_ns >= zernel_idle_hyst_ns) {
-			phase_set(st, next, ZERNEL_PROBE_PHASE_UNKNOWN, ZERNEL_CAUSE_WORKER_IDLE,
-				  st->sleep_ns);
-			phase_set(st, next, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_WORKER_RUN, now);
-		}
-		st->sleep_ns = 0;
-	}
+	if (phase_wake_pending(st))
+		phase_woke(st, next, &now);
 	return 0;
 }
 

@@ -122,6 +122,9 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_UNSENT_FAILED,     /* lost changes not kept either (the update of
 					       zernel_phase_unsent failed): that thread's phase is
 					       stale in user space until its next change */
+	ZERNEL_PROBE_STAT_WAKE_UNSEEN,	     /* a followed thread's return from a sleep taken at its
+					       next switch-out: the kernel ran it without a
+					       sched_switch naming it next (phase_woke) */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -152,7 +155,7 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 16,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 17,
 			    "update the loader's stat names with the enum");
 
 /*

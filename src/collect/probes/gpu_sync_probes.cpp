@@ -694,6 +694,7 @@ ProbeStats GpuSyncProbes::stats() const {
   st.phase_no_storage = sum[ZERNEL_PROBE_STAT_PHASE_NO_STORAGE];
   st.nccl_checks = sum[ZERNEL_PROBE_STAT_NCCL_CHECK];
   st.nccl_missed = sum[ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED];
+  st.wake_unseen = sum[ZERNEL_PROBE_STAT_WAKE_UNSEEN];
   st.unsent_failed = sum[ZERNEL_PROBE_STAT_UNSENT_FAILED];
   st.phase_recovered = phase_events_recovered_;
   return st;

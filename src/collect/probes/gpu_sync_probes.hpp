@@ -96,6 +96,7 @@ struct ProbeStats {
   std::uint64_t phase_no_storage = 0;   // threads left without phase state (allocation failed)
   std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
   std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
+  std::uint64_t wake_unseen = 0;        // returns from a sleep seen at the next switch-out
 };
 
 // Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").
