@@ -30,8 +30,10 @@ enum {
 #define TENANT_NODE (1ULL << 63)
 
 /*
- * A node of the sharing hierarchy. Fields marked (lock) change only under tree_lock; (atomic)
- * with atomic adds.
+ * A node of the sharing hierarchy. Fields marked (lock) change only under the node's own lock
+ * (the root's, which has neither a parent nor a weight to change, with atomic adds); (atomic)
+ * with atomic adds. No lock is shared by two nodes: activity changes of unrelated pods never
+ * meet on one (share.bpf.h, zernel_propagate_activity).
  */
 struct znode {
 	u64 parent;	   /* id of the parent node (0 = the root); unused for the root */
@@ -39,7 +41,7 @@ struct znode {
 	s64 nr_runnable;   /* (atomic) its own runnable threads: gates nr_active */
 	s64 nr_active;	   /* (lock) 1 for runnable own threads + 1 per active child */
 	s64 own_weight;	   /* (atomic) sum of the weights of its own runnable threads */
-	s64 child_weight;  /* (lock) sum of the weights of its active children, plus
+	s64 child_weight;  /* (atomic) sum of the weights of its active children, plus
 			    * OWN_GROUP_WEIGHT while its own threads are runnable */
 	u64 share;	   /* cache: its share of the machine, FP_ONE = all; valid at share_gen */
 	u64 share_gen;	   /* tree_gen the cache was computed at; 0 = never */
@@ -49,6 +51,7 @@ struct znode {
 	s64 quota_used_ns; /* (atomic) ns run in this period, plus the debt of earlier ones */
 	u64 period_end_ns; /* when the current period ends */
 	u64 throttled;	   /* 1 while quota_used_ns >= quota_ns */
+	struct bpf_spin_lock lock; /* weight and nr_active, with what each adds to the parent */
 };
 
 struct {
@@ -68,7 +71,6 @@ struct {
 private(ZROOT) struct znode root_node;
 /* Moves at every change of the tree (above): share caches older than it are stale. */
 static u64 tree_gen = 1;
-private(ZTREE) struct bpf_spin_lock tree_lock;
 
 static __always_inline struct znode *node_get(u64 id)
 {

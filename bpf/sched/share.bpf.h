@@ -21,7 +21,7 @@
  * with D(x) the summed weights of x's active children plus OWN while x has runnable threads of
  * its own (znode.child_weight), S(x) the summed weights of those threads (znode.own_weight). A
  * node is active while it has a runnable thread below it. Activity changes are counted up the
- * tree (nr_runnable gates nr_active, one level at a time under tree_lock) and bump tree_gen;
+ * tree (nr_runnable gates nr_active, one level at a time under that node's lock) and bump tree_gen;
  * hshare is cached per node (znode.share) until tree_gen moves. S(x) changes on every wakeup and
  * is read fresh. vtime.bpf.h turns the share into virtual time: equal vtime progress gives every
  * busy thread CPU in proportion to its share, and every active node in proportion to its hshare.
@@ -46,7 +46,7 @@
  * task_node (the tenant's weight in zernel_tenants, its node in zernel_tenant_node, which returns
  * the id only, being a global function, and that node again in task_node). Joining and leaving
  * are two atomic adds; only a node's first runnable thread and its last going to sleep walk up
- * the tree (zernel_propagate_activity, under tree_lock, level by level). The node is looked up
+ * the tree (zernel_propagate_activity, level by level, each under its node's own lock). The node is looked up
  * once per callback and passed on to the join, the share and the leave; task_share and
  * task_account are inlined (no BPF-to-BPF call on a wakeup or a stop).
  *
@@ -65,9 +65,11 @@
  *
  * Races accepted:
  * - Shares are read without locks: a charge may use a share a wakeup elsewhere just changed.
- * - An activation and a deactivation of the same node racing through the levels: counts commute
- *   under tree_lock, so the tree ends right; a concurrent share computation may cache a value of
- *   the moment between, until tree_gen moves again.
+ * - An activation and a deactivation of the same node racing through the levels: each level's
+ *   transition is decided under that node's lock and its parent's sum takes it by an atomic add;
+ *   the adds commute, so the tree ends right; a concurrent share computation may read a sum of
+ *   the moment between (even one that briefly misses a child) and cache it until tree_gen moves
+ *   again.
  * - ops.cgroup_exit deletes the cgroup's node; its tasks have left sched_ext by then (ops.disable
  *   takes each out of its node's load), so the node is inactive. Were one still counted, its
  *   weight would stay in the parent's sum: the siblings' shares a little low, never starved.
@@ -101,44 +103,46 @@ struct {
 
 /*
  * Activity changes of a node, carried up the tree: a node is active while nr_active > 0, and an
- * active node's weight is in its parent's child_weight. The lock covers one level at a time
- * (bpf_spin_lock allows no calls while held); the counts commute, so an activation and a
- * deactivation of the same node racing through the levels leave them right.
+ * active node's weight is in its parent's child_weight. Each level's transition (nr_active from
+ * or to 0) and the weight it carries are decided under that node's own lock, which also orders
+ * them with node_set_weight; the parent's sum takes the difference by an atomic add after the
+ * lock is dropped (bpf_spin_lock allows no other lock, nor calls, while held). The adds commute,
+ * so racing activations, deactivations and weight changes leave every sum right. The root has no
+ * parent and a fixed weight: its counts are atomic adds, no lock. No lock is shared by two nodes,
+ * so the pods of a kubelet's tree become active and idle without meeting on one (until issue 24
+ * one tree_lock served the whole tree).
  */
 __noinline int zernel_propagate_activity(u64 id, u32 activate)
 {
+	s64 step = activate ? 1 : -1;
 	u32 i;
 
 	for (i = 0; i < ZERNEL_MAX_LEVELS; i++) {
-		struct znode *n = node_get(id), *pn = NULL;
+		struct znode *n = node_get(id), *pn;
 		bool up = false;
+		s64 carry = 0;
 		u64 pid;
 
 		if (!n)
 			break;
-		pid = n->parent;
-		if (id)
-			pn = node_get(pid);
-		bpf_spin_lock(&tree_lock);
-		if (activate) {
-			/* The first level: its own threads start to compete, as one child. */
-			if (i == 0)
-				n->child_weight += OWN_GROUP_WEIGHT;
-			if (n->nr_active++ == 0 && pn) {
-				pn->child_weight += n->weight;
-				up = true;
-			}
-		} else {
-			if (i == 0)
-				n->child_weight -= OWN_GROUP_WEIGHT;
-			if (--n->nr_active == 0 && pn) {
-				pn->child_weight -= n->weight;
-				up = true;
-			}
-		}
-		bpf_spin_unlock(&tree_lock);
-		if (!up)
+		/* The first level: its own threads start (or stop) to compete, as one child. */
+		if (i == 0)
+			__sync_fetch_and_add(&n->child_weight, step * (s64)OWN_GROUP_WEIGHT);
+		if (!id) {
+			__sync_fetch_and_add(&n->nr_active, step);
 			break;
+		}
+		pid = n->parent;
+		bpf_spin_lock(&n->lock);
+		if (activate ? n->nr_active++ == 0 : --n->nr_active == 0) {
+			up = true;
+			carry = step * (s64)n->weight;
+		}
+		bpf_spin_unlock(&n->lock);
+		pn = up ? node_get(pid) : NULL;
+		if (!pn)
+			break;
+		__sync_fetch_and_add(&pn->child_weight, carry);
 		id = pid;
 	}
 	/* Every call changed some child_weight: the shares cached with the old sums are stale. */
@@ -149,17 +153,22 @@ __noinline int zernel_propagate_activity(u64 id, u32 activate)
 /* A node's new weight (cpu.weight, a tenant's weight), carried into its parent's sum if active. */
 static void node_set_weight(u64 id, u64 w1024)
 {
-	struct znode *n = node_get(id), *pn = NULL;
+	struct znode *n, *pn;
+	s64 carry = 0;
 
+	if (!id) /* the root's weight is no one's share */
+		return;
+	n = node_get(id);
 	if (!n)
 		return;
-	if (id)
-		pn = node_get(n->parent);
-	bpf_spin_lock(&tree_lock);
-	if (pn && n->nr_active > 0)
-		pn->child_weight += (s64)w1024 - (s64)n->weight;
+	bpf_spin_lock(&n->lock);
+	if (n->nr_active > 0)
+		carry = (s64)w1024 - (s64)n->weight;
 	n->weight = w1024;
-	bpf_spin_unlock(&tree_lock);
+	bpf_spin_unlock(&n->lock);
+	pn = node_get(n->parent);
+	if (carry && pn)
+		__sync_fetch_and_add(&pn->child_weight, carry);
 	__sync_fetch_and_add(&tree_gen, 1);
 }
 
