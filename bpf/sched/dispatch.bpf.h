@@ -45,14 +45,15 @@ enum {
 };
 
 /*
- * prev's rival on cpu: the first queued task that may run there. Tasks that cannot (threads
+ * prev's rival on cpu: the first queued task that may run there, and in *head the key of the
+ * queue's first task (the front's bound in keep_prev). Tasks that cannot (threads
  * pinned to other CPUs) are not rivals: comparing with the head alone let such a task push prev
  * off its CPU in favour of whatever came next, a thread with a later key, and a group entitled to
  * one CPU per thread lost a slice each time (3 % to 10 % of its share on 4 CPUs). The walk stops
  * after ZERNEL_RIVAL_SCAN tasks; none found by then counts as no rival. Sets its key and, for a
  * rival that may not run on every CPU, its vtime (else 0: no credit bound, see keep_prev).
  */
-static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime)
+static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime, u64 *head)
 {
 	struct task_struct *p;
 	struct task_ctx *rc;
@@ -61,6 +62,8 @@ static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime)
 	bpf_for_each(scx_dsq, p, llc_dsq(llc), 0) {
 		if (++n > ZERNEL_RIVAL_SCAN)
 			break;
+		if (n == 1)
+			*head = p->scx.dsq_vtime;
 		if (!bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
 		*key = p->scx.dsq_vtime;
@@ -84,7 +87,7 @@ static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime)
 static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
-	u64 key, share, req, rkey, rvtime, floor;
+	u64 key, share, req, rkey, rvtime, floor, head = 0;
 
 	if (!tctx)
 		return false;
@@ -103,7 +106,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 	share = task_share(prev, tctx);
 	req = vtime_for(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
-	if (rival_of(cpu, llc, &rkey, &rvtime)) {
+	if (rival_of(cpu, llc, &rkey, &rvtime, &head)) {
 		if (time_before(rkey, key))
 			return false;
 		/*
@@ -122,7 +125,8 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 	}
 	if (nr_llcs > 1 && llc_behind(other, key, req))
 		return false;
-	front_advance(front_of(llc), key);
+	/* The front follows prev while it runs alone, never past the head of the queue. */
+	front_advance(front_of(llc), head && time_before(head, key) ? head : key);
 	tctx->phase_kicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice_ns);
 	return true;

@@ -24,13 +24,14 @@
 # 4. Checks: the kernel never ended the scheduler (dmesg) and it is still ours; the daemon is alive,
 #    serves /metrics, counts no ejection, its sched_ext backend acts (not a fallback) and it exits 0
 #    on SIGTERM; no stall: every stressor made progress and passed, the churn made at least 10
-#    pods, the heartbeat never waited more than KUBE_MAX_WAKE_MS (5000: the guest's clock is the
-#    host's, whose stalls of a vCPU it counts; EEVDF's worst was 3.1 s at host load 5); the capped
+#    pods, the heartbeat's 90th percentile wakeup within KUBE_MAX_P90_MS (150) and its worst within
+#    KUBE_MAX_WAKE_MS (5000: the guest's clock is the host's, whose stalls of a vCPU it counts;
+#    EEVDF's worst was 3.1 s at host load 5); the capped
 #    pod got 21-34.5 % of a CPU together (its 30 %: at most 15 % over, and at least 70 % of it,
 #    since host stalls and the load take from what it can get), neither container over 23 %. The
 #    job's steps are printed.
-# Env: KUBE_PODS (340), KUBE_STRESS_SECS (60), KUBE_MAX_WAKE_MS (5000), KUBE_CHURN_KEEP (8),
-# KUBE_BACKEND (sched_ext; observe or userspace run the same load on the default scheduler, for
+# Env: KUBE_PODS (340), KUBE_STRESS_SECS (60), KUBE_MAX_WAKE_MS (5000), KUBE_MAX_P90_MS (150),
+# KUBE_CHURN_KEEP (8), KUBE_BACKEND (sched_ext; observe or userspace run the same load on the default scheduler, for
 # comparison: the checks on the scheduler itself are then skipped).
 # shellcheck source=tests/vm/guest-lib.sh
 . /zernel/guest-lib.sh
@@ -39,6 +40,7 @@ KP=$CG/kubepods
 pods=${KUBE_PODS:-340}
 secs=${KUBE_STRESS_SECS:-60}
 max_wake_ms=${KUBE_MAX_WAKE_MS:-5000}
+max_p90_ms=${KUBE_MAX_P90_MS:-150}
 keep=${KUBE_CHURN_KEEP:-8}
 backend=${KUBE_BACKEND:-sched_ext}
 port=19096
@@ -241,6 +243,15 @@ if [ -n "$bmax" ] && [ $((bmax / 1000)) -le "$max_wake_ms" ]; then
   ok "no stall: the 100 ms heartbeat's worst wakeup $((bmax / 1000)) ms ($beat_line)"
 else
   bad "stall: the 100 ms heartbeat's worst wakeup $((${bmax:-0} / 1000)) ms, limit $max_wake_ms ($beat_line)"
+fi
+# Its usual wakeup, not only the worst: a heartbeat that waits for a queue of credited sleepers
+# waited hundreds of ms in one wakeup of ten (p90 296-370 ms when the queue's front ran seconds
+# ahead of every queued key; EEVDF's p90 1.9 ms, zernel's since 7.8 ms on a quiet host).
+b90=$(echo "$beat_line" | sed -n 's/.*p90_us=\([0-9]*\).*/\1/p')
+if [ -n "$b90" ] && [ $((b90 / 1000)) -le "$max_p90_ms" ]; then
+  ok "the heartbeat's 90th percentile wakeup $((b90 / 1000)) ms (at most $max_p90_ms)"
+else
+  bad "the heartbeat's 90th percentile wakeup $((${b90:-0} / 1000)) ms, limit $max_p90_ms"
 fi
 # The capped pod: ticks are 10 ms of run time, the window in centiseconds: x100 = % of a CPU.
 win=$((c1 - c0))

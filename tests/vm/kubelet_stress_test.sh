@@ -6,14 +6,14 @@
 # no stall, the cap held, the daemon alive. The guest side is kubelet_guest.sh (its header has the
 # tree, the load and the checks); results are its "@@" lines. stress-ng is Debian's
 # (scripts/setup.sh), added to the guest with its libraries. KUBE_PODS, KUBE_STRESS_SECS, KUBE_BACKEND,
-# KUBE_MAX_WAKE_MS and KUBE_CHURN_KEEP are passed on to the guest.
+# KUBE_MAX_WAKE_MS, KUBE_MAX_P90_MS and KUBE_CHURN_KEEP are passed on to the guest.
 # shellcheck source=tests/vm/host-lib.sh
 . "$(dirname "$(realpath "$0")")/host-lib.sh"
 need_bin zernel-scheduler
 need_bin zernel-scx-probe -DZERNEL_BPF=ON
 stress=$(command -v stress-ng) || { echo "$test_name: no stress-ng (scripts/setup.sh installs it)" >&2; exit 1; }
 guest_env=()
-for v in KUBE_PODS KUBE_STRESS_SECS KUBE_MAX_WAKE_MS KUBE_CHURN_KEEP KUBE_BACKEND; do
+for v in KUBE_PODS KUBE_STRESS_SECS KUBE_MAX_WAKE_MS KUBE_MAX_P90_MS KUBE_CHURN_KEEP KUBE_BACKEND; do
   [ -z "${!v:-}" ] || guest_env+=("$v=${!v}")
 done
 # Without -icount: with QEMU counting instructions the verifier's run at each attach and the
