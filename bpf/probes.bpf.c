@@ -543,7 +543,7 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
  * the call it slept in returned. Run at its switch-in, or, when the kernel switched it in without
  * the tracepoint (seen on Linux 6.18: a thread woken and running with no sched_switch naming it
  * as next, neither in this program nor in ftrace; a rank in 2 ms NCCL waits beside a CPU hog
- * lost one wake in a few hundred), at its next switch-out, which shows it ran: the change is
+ * lost about one wake in several hundred), at its next switch-out, which shows it ran: the change is
  * then late by its run, and counted (ZERNEL_PROBE_STAT_WAKE_UNSEEN).
  */
 static __always_inline bool phase_wake_pending(const struct zernel_phase_thread *st)
