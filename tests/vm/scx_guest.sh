@@ -114,8 +114,14 @@ check_decision_scope() {
   zernel-scx-probe spin 40 & u2=$!
   dutys=''
   for _ in 1 2 3 4; do zernel-scx-probe duty 1 1 40 & dutys="$dutys $!"; done
+  # The driver at nice -10: what is counted is its changes, and at nice 0 beside these spinners
+  # it sometimes woke only 4-9 times in its 6 s (2 runs of 5; a starvation of a root-cgroup
+  # thread that wakes every 10 ms, still open: issue 24).
+  _driver=$DRIVER
+  DRIVER="zernel-scx-probe nice -10 $_driver"
   start_driver --run-seconds 6 --interval-ms 10 --rewrite --decision "$d1:weight=2000" ||
-    { kill $d1 $u1 $u2 $dutys; return; }
+    { DRIVER=$_driver; kill $d1 $u1 $u2 $dutys; return; }
+  DRIVER=$_driver
   wait $drv
   rc=$?
   kill $d1 $u1 $u2 $dutys 2> /dev/null; wait $d1 $u1 $u2 $dutys 2> /dev/null

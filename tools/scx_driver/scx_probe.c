@@ -15,6 +15,7 @@
  *                                for SECONDS, keep PROCS short-lived child processes in flight,
  *                                each starting THREADS short-lived threads that do a little work;
  *                                prints "churn procs=.. threads=.. seconds=.."
+ *   nice N COMMAND [ARG...]      run COMMAND at nice N (the guest has no nice(1))
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -25,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -208,7 +210,8 @@ static int cmd_churn(double seconds, int procs, int threads)
 static int usage(void)
 {
 	fprintf(stderr, "usage: zernel-scx-probe spin SECONDS | wakelat [-w] PERIOD_US COUNT | "
-			"duty RUN_MS SLEEP_MS SECONDS [fifo] | churn SECONDS [PROCS] [THREADS]\n");
+			"duty RUN_MS SLEEP_MS SECONDS [fifo] | churn SECONDS [PROCS] [THREADS] | "
+			"nice N COMMAND [ARG...]\n");
 	return 2;
 }
 
@@ -229,5 +232,19 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "churn"))
 		return cmd_churn(atof(argv[2]), argc > 3 ? atoi(argv[3]) : 8,
 				 argc > 4 ? atoi(argv[4]) : 4);
+	if (argc >= 4 && !strcmp(argv[1], "nice")) {
+		char *end;
+		long n = strtol(argv[2], &end, 10);
+
+		if (*end || n < -20 || n > 19)
+			return usage();
+		if (setpriority(PRIO_PROCESS, 0, (int)n)) {
+			perror("zernel-scx-probe: setpriority");
+			return 1;
+		}
+		execvp(argv[3], argv + 3);
+		perror("zernel-scx-probe: exec");
+		return 127;
+	}
 	return usage();
 }
