@@ -678,8 +678,7 @@ next_task:
 	st = phase_thread(next, false, &now);
 	if (!st)
 		return 0;
-	if (phase_wake_pending(st))
-		phase_woke(st, next, &now);
+	phase_woke(st, next, &now);
 	return 0;
 }
 

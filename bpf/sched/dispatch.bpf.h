@@ -87,7 +87,7 @@ static bool rival_of(s32 cpu, u32 llc, u64 *key, u64 *vtime, u64 *head)
 static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
-	u64 key, share, req, rkey, rvtime, floor, head = 0;
+	u64 key, share, req, rkey, rvtime, floor, head;
 
 	if (!tctx)
 		return false;
@@ -106,6 +106,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 	share = task_share(prev, tctx);
 	req = vtime_for(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
+	head = key; /* an empty queue sets no head: the front follows prev */
 	if (rival_of(cpu, llc, &rkey, &rvtime, &head)) {
 		if (time_before(rkey, key))
 			return false;
@@ -126,7 +127,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 	if (nr_llcs > 1 && llc_behind(other, key, req))
 		return false;
 	/* The front follows prev while it runs alone, never past the head of the queue. */
-	front_advance(front_of(llc), head && time_before(head, key) ? head : key);
+	front_advance(front_of(llc), time_before(head, key) ? head : key);
 	tctx->phase_kicked = 0;
 	scx_bpf_task_set_slice(prev, tctx->slice_ns);
 	return true;

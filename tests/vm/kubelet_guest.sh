@@ -31,8 +31,8 @@
 #    since host stalls and the load take from what it can get), neither container over 23 %. The
 #    job's steps are printed.
 # Env: KUBE_PODS (340), KUBE_STRESS_SECS (60), KUBE_MAX_WAKE_MS (5000), KUBE_MAX_P90_MS (150),
-# KUBE_CHURN_KEEP (8), KUBE_BACKEND (sched_ext; observe or userspace run the same load on the default scheduler, for
-# comparison: the checks on the scheduler itself are then skipped).
+# KUBE_CHURN_KEEP (8), KUBE_BACKEND (sched_ext; observe or userspace run the same load on the
+# default scheduler, for comparison: the checks on the scheduler itself are then skipped).
 # shellcheck source=tests/vm/guest-lib.sh
 . /zernel/guest-lib.sh
 CG=/sys/fs/cgroup
