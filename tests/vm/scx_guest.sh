@@ -109,14 +109,16 @@ check_attach() {
 # process's generation moved: the undecided ones (and the guest's own threads) look at most once
 # per 20 changes (a slot they share by chance), not after every change.
 check_decision_scope() {
-  zernel-scx-probe spin 40 & d1=$!
-  zernel-scx-probe spin 40 & u1=$!
-  zernel-scx-probe spin 40 & u2=$!
+  # The load outlives any attach (it is killed below): with the spinners' 40 s, an attach of
+  # 38-39 s under EEVDF beside them (the verifier's share of 2 vCPUs with 7 busy threads) left
+  # the decided one exiting 1 s into the run, and the driver, forgetting its decision, wrote 4-91
+  # (traced: its 567 wakeups waited 0.2 ms on average; it was not starved).
+  zernel-scx-probe spin 120 & d1=$!
+  zernel-scx-probe spin 120 & u1=$!
+  zernel-scx-probe spin 120 & u2=$!
   dutys=''
-  for _ in 1 2 3 4; do zernel-scx-probe duty 1 1 40 & dutys="$dutys $!"; done
-  # The driver at nice -10: what is counted is its changes, and at nice 0 beside these spinners
-  # it sometimes woke only 4-9 times in its 6 s (2 runs of 5; a starvation of a root-cgroup
-  # thread that wakes every 10 ms, still open: issue 24).
+  for _ in 1 2 3 4; do zernel-scx-probe duty 1 1 120 & dutys="$dutys $!"; done
+  # The driver at nice -10 so that its attach takes about 10 s, not 25-40 s.
   _driver=$DRIVER
   DRIVER="zernel-scx-probe nice -10 $_driver"
   start_driver --run-seconds 6 --interval-ms 10 --rewrite --decision "$d1:weight=2000" ||
