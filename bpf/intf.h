@@ -192,7 +192,9 @@ struct zernel_tenant_load {
 	X(PHASE_DELAY_LONG, phase_delay_long)	/* over 4 ms */					\
 	X(PHASE_TICK, phase_tick)	/* of the changes, applied by ops.tick to a running thread */	\
 	X(PHASE_KICK, phase_kick)	/* CPUs kicked so that a running thread's changed phase	\
-					 * applies (the phase timer of ops.running) */		\
+					 * applies (the phase timer's, and the probes' as a	\
+					 * followed thread is switched in) */			\
+	X(PHASE_PROBE_KICK, phase_probe_kick) /* of those, the probes' (counted as taken) */	\
 	X(PHASE_TIMER, phase_timer)	/* the phase timer's looks at a followed thread running on	\
 					 * its CPU (its cost: one timer interrupt each) */		\
 	/* ns of CPU time run by decided tasks, one counter per phase, in enum zernel_phase order */	\

@@ -218,7 +218,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  * the process has a role (a followed process without one, or an unfollowed one that shares its
  * bit, pays that lookup at each event, and keeps no state). The clock is read only for a thread
  * with a role. Every shared futex wait a rank thread sleeps in costs one VMA lookup (private
- * ones, locks and the GIL, none). Measured:
+ * ones, locks and the GIL, none). A change made as a thread that the sched_ext scheduler follows
+ * is switched in kicks its CPU once (sched_kick), so that the scheduler applies it now. Measured:
  * docs/benchmarks.md, "The tax on the rest of the node".
  */
 const volatile __u64 zernel_sync_hyst_ns = 10000000;
@@ -607,6 +608,27 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
  *     a rank thread back from the data wait that made it DataLoading -> GpuCompute
  *     a worker back from a long sleep -> Unknown from then, DataLoading now
  */
+/*
+ * A change made as a thread the sched_ext scheduler follows is switched in (phase_woke on next):
+ * ops.running has already run for it, and nothing else would look before the scheduler's tick (4
+ * ms at HZ=250) or its phase timer, which polls only while the thread is in a GPU sync (that
+ * scheduler's phase_timer.bpf.h). So this program, a tracing one for which sched_ext registers its
+ * general kfuncs, kicks its own CPU (SCX_KICK_PREEMPT: the kick runs from irq_work once the switch
+ * is done, and ends the thread's slice), and marks the thread so that the scheduler keeps it on its
+ * CPU with the new phase instead of queueing it (st->kicked, taken by its ops.dispatch or
+ * ops.enqueue). On a kernel without sched_ext the kfunc is absent, bpf_ksym_exists() is false at
+ * load, and the call is dead code. sched_follows is set only by that scheduler, so threads it does
+ * not follow, and every task when it is not loaded, are never kicked from here (it clears the mark
+ * of each task at ops.disable, also when the kernel ejects it).
+ */
+static __always_inline void sched_kick(struct zernel_phase_thread *st)
+{
+	if (!bpf_ksym_exists(scx_bpf_kick_cpu))
+		return;
+	st->kicked = 1;
+	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -617,6 +639,7 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	struct zernel_phase_thread *st = NULL;
 	__u64 now = 0; /* the clock is read only when needed */
 	bool futex_wait = false;
+	__u64 since;
 
 	/* Tasks of processes nobody follows leave here: two loads, no lookup (COST above). */
 	if (!followed(prev->tgid))
@@ -678,7 +701,10 @@ next_task:
 	st = phase_thread(next, false, &now);
 	if (!st)
 		return 0;
+	since = st->since_ns;
 	phase_woke(st, next, &now);
+	if (st->since_ns != since && st->sched_follows)
+		sched_kick(st);
 	return 0;
 }
 

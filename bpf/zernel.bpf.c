@@ -171,9 +171,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 	phase_follow(p, tctx, enq_flags & SCX_ENQ_WAKEUP);
-	kicked = tctx->phase_kicked;
-	if (kicked)
-		tctx->phase_kicked = 0;
+	kicked = phase_kick_take(p, tctx);
 	if (tctx->weight) {
 		stat_inc(ZERNEL_STAT_DECIDED);
 		if (has_tenant(tctx))
@@ -303,21 +301,27 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 
 /*
  * ops.running has work only for a followed thread of a decided process: a phase change made
- * while it was queued applies, and the phase timer watches its run. The run time needs no start
+ * while it was queued applies, and the phase timer watches its run while a change may come
+ * (phase_may_change: in a GPU sync, or one pending). The run time needs no start
  * mark (charge_run), the fronts move in ops.dispatch, and a thread whose tgid slot counts no
  * followed thread is not looked up (phase.bpf.h, COST).
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
+	struct zernel_phase_thread *st;
 	struct task_ctx *tctx;
 
 	if (!zernel_follow_phases || !*followed_slot(p))
 		return;
 	tctx = task_ctx_get(p);
-	if (tctx && tctx->weight && tctx->followed) {
-		phase_starts(p, tctx);
+	if (!tctx || !tctx->weight || !tctx->followed)
+		return;
+	st = phase_state(p);
+	if (!st)
+		return;
+	phase_starts(p, tctx, st);
+	if (phase_may_change(st, tctx))
 		phase_timer_arm(p);
-	}
 }
 
 /*
@@ -356,6 +360,7 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
  */
 void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 {
+	struct zernel_phase_thread *st;
 	struct task_ctx *tctx;
 
 	if (!nr_quotas && !zernel_follow_phases)
@@ -365,8 +370,12 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 	tctx = task_ctx_get(p);
 	if (!tctx)
 		return;
-	if (zernel_follow_phases && tctx->weight)
-		phase_tick(p, tctx);
+	if (zernel_follow_phases && tctx->weight) {
+		/* A sync entered while it ran: the timer looks for its return (phase_may_change). */
+		st = phase_tick(p, tctx);
+		if (st && st->depth && tctx->followed)
+			phase_timer_arm(p);
+	}
 	if (!nr_quotas || !tctx->limited)
 		return;
 	account_run(p, tctx);
@@ -406,8 +415,12 @@ void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 	if (!tctx)
 		return;
 	task_unaccount(tctx);
-	/* Leaving the scheduler (or exiting): its tgid slot stops counting it. */
-	set_followed(p, tctx, false);
+	/*
+	 * Leaving the scheduler (or exiting, or the scheduler unloading, also when the kernel ejects
+	 * it): its tgid slot stops counting it, and the probes no longer kick its CPU.
+	 */
+	if (tctx->followed)
+		set_followed(p, tctx, zernel_follow_phases ? phase_state(p) : NULL, false);
 }
 
 /* A new task (or every task at attach): its storage (task.bpf.h), with no decision yet. */

@@ -139,7 +139,8 @@ trap 'rm -f "$guest" "$out"' EXIT
 # phase timer's runs per second of the job's runs (elapsed_s) and per vCPU (ZERNEL_VM_SMP, 2).
 smp=${ZERNEL_VM_SMP:-2}
 job_s=$(sed -n 's/^@@ run zernel rep .*"elapsed_s":\([0-9.]*\).*/\1/p' "$out" | awk '{ s += $1 } END { print s + 0 }')
-sed -n 's/^@@ daemon zernel rep .*acted on after <= 0.1 ms \([0-9]*\), <= 1 ms \([0-9]*\), <= 4 ms \([0-9]*\), more \([0-9]*\) .*(\([0-9]*\) by the tick, \([0-9]*\) CPU kicks\(, \([0-9]*\) phase timer runs\)\{0,1\}).*/\1 \2 \3 \4 \5 \6 \8/p' "$out" |
-  awk -v smp="$smp" -v s="$job_s" '{ a += $1; b += $2; c += $3; d += $4; t += $5; k += $6; f += $7 }
+probe_kicks=$(sed -n 's/^@@ daemon zernel rep .*, \([0-9]*\) kicks by the probes).*/\1/p' "$out" | awk '{ s += $1 } END { print s + 0 }')
+sed -n 's/^@@ daemon zernel rep .*acted on after <= 0.1 ms \([0-9]*\), <= 1 ms \([0-9]*\), <= 4 ms \([0-9]*\), more \([0-9]*\) .*(\([0-9]*\) by the tick, \([0-9]*\) CPU kicks\(, \([0-9]*\) phase timer runs\)\{0,1\}[,)].*/\1 \2 \3 \4 \5 \6 \8/p' "$out" |
+  awk -v smp="$smp" -v s="$job_s" -v pk="$probe_kicks" '{ a += $1; b += $2; c += $3; d += $4; t += $5; k += $6; f += $7 }
        END { n = a + b + c + d
-             if (n > 0) printf "@@ zernel phase changes %d: <= 0.1 ms %d, <= 1 ms %d, <= 4 ms %d, more %d (%d by the tick, %d CPU kicks); within 1 ms %.1f %%; phase timer runs %d (%.0f/s per vCPU over the job'"'"'s %.1f s)\n", n, a, b, c, d, t, k, 100 * (a + b) / n, f, (s > 0 ? f / s / smp : 0), s }'
+             if (n > 0) printf "@@ zernel phase changes %d: <= 0.1 ms %d, <= 1 ms %d, <= 4 ms %d, more %d (%d by the tick, %d CPU kicks, %d of them by the probes); within 1 ms %.1f %%; phase timer runs %d (%.0f/s per vCPU over the job'"'"'s %.1f s)\n", n, a, b, c, d, t, k, pk, 100 * (a + b) / n, f, (s > 0 ? f / s / smp : 0), s }'

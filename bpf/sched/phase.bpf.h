@@ -13,14 +13,17 @@
  * last entry: the engine's blocked GPU waiter, whose wait is ending (phase_policy_index). Without
  * phases from events the map is this object's own, empty, and nothing changes.
  *
- * A change made while the thread runs (a sync's or an NCCL futex's return, a launch, a worker
- * switched in) has no wakeup to be applied at, and the probes that make it cannot kick a CPU
- * (phase_timer.bpf.h says why). Three places apply such a change, each when one is pending
- * (phase_change_pending: a change the scheduler has not seen, or the phase's policy itself after
- * a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE):
- *   - the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there: it
- *     kicks the CPU, and ops.dispatch (keep_prev) or ops.enqueue applies the phase
- *     (phase_timer.bpf.h);
+ * A change made while the thread runs (a sync's or an NCCL futex's return, a batch that came, a
+ * worker switched in) has no wakeup to be applied at. Four places apply such a change, each when
+ * one is pending (phase_change_pending: a change the scheduler has not seen, or the phase's policy
+ * itself after a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE):
+ *   - the probes' context-switch program, for the changes it makes as a followed thread is
+ *     switched in (after ops.running): it kicks the CPU (probes.bpf.c, sched_kick; sched_follows
+ *     tells it which threads this scheduler follows), and ops.dispatch (keep_prev) or ops.enqueue
+ *     applies the phase (phase_kick_take);
+ *   - the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there
+ *     inside a GPU sync or with a change pending, for the sync's return, which a uprobe makes and
+ *     cannot kick for: it kicks the CPU in the same way (phase_timer.bpf.h);
  *   - ops.running (phase_starts): a change made while the thread waited in a queue;
  *   - ops.tick (phase_tick): the fallback, at most a tick (4 ms at HZ=250) after a change.
  *
@@ -35,7 +38,7 @@
  * them, a thread of a decided process takes a second task-storage lookup, its state in
  * zernel_phase_threads (phase_state), in each callback that follows its phase: ops.select_cpu,
  * ops.enqueue, ops.tick, keep_prev, ops.stopping of a sleep, and ops.running of a followed
- * thread. ops.running has work only for a followed thread (one whose phase phase_follow applied:
+ * thread; ops.enqueue and keep_prev of a followed thread look once more, for a kick to take. ops.running has work only for a followed thread (one whose phase phase_follow applied:
  * task_ctx.followed); followed_slots counts them per tgid slot, so that ops.running of any other
  * thread reads that count and returns without a task-storage lookup.
  *
@@ -77,9 +80,17 @@ static __always_inline u32 *followed_slot(const struct task_struct *p)
 	return &followed_slots[(u32)p->tgid & (ZERNEL_FOLLOW_SLOTS - 1)];
 }
 
+/*
+ * The thread is followed (on) or no longer: its tgid slot counts it, and the probes' state says
+ * so (sched_follows: their context-switch program kicks its CPU for a change it makes as the
+ * thread is switched in, probes.bpf.c sched_kick). st: the probes' state, NULL where they have
+ * none (nothing to tell them).
+ */
 static __always_inline void set_followed(const struct task_struct *p, struct task_ctx *tctx,
-					 bool on)
+					 struct zernel_phase_thread *st, bool on)
 {
+	if (st && st->sched_follows != on)
+		st->sched_follows = on;
 	if (tctx->followed == on)
 		return;
 	tctx->followed = on;
@@ -112,6 +123,30 @@ static __always_inline bool phase_change_pending(const struct zernel_phase_threa
 						 const struct task_ctx *tctx)
 {
 	return phase_change_unseen(st, tctx) || tctx->applied_phase == ZERNEL_NO_PHASE;
+}
+
+/*
+ * Takes the kick that ended the thread's run for its phase change, if one did: the phase timer's
+ * (task_ctx.phase_kicked) or the probes' at its switch-in (zernel_phase_thread.kicked, counted
+ * here with the timer's kicks). ops.enqueue then puts the thread back at the head of its CPU's
+ * local DSQ; keep_prev, which keeps it on anyway, only clears the marks.
+ */
+static __always_inline bool phase_kick_take(struct task_struct *p, struct task_ctx *tctx)
+{
+	struct zernel_phase_thread *st;
+	bool kicked = tctx->phase_kicked;
+
+	tctx->phase_kicked = 0;
+	if (!zernel_follow_phases || !tctx->followed)
+		return kicked;
+	st = phase_state(p);
+	if (st && st->kicked) {
+		st->kicked = 0;
+		stat_inc(ZERNEL_STAT_PHASE_KICK);
+		stat_inc(ZERNEL_STAT_PHASE_PROBE_KICK);
+		kicked = true;
+	}
+	return kicked;
 }
 
 /* Counts the thread's current phase change (since_ns) in its delay bucket, once. */
@@ -166,7 +201,7 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	if (!zernel_follow_phases || !tctx->weight)
 		return false;
 	st = phase_state(p);
-	set_followed(p, tctx, !!st);
+	set_followed(p, tctx, st, !!st);
 	if (!st)
 		return false;
 	if (waking)
@@ -222,11 +257,10 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
  * optimizer's bound): without this the change waited for the phase timer's first look. So does
  * the phase's policy after a new decision replaced it (phase_change_pending).
  */
-static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx,
+					 struct zernel_phase_thread *st)
 {
-	struct zernel_phase_thread *st = phase_state(p);
-
-	if (!st || !phase_change_pending(st, tctx) || !phase_follow(p, tctx, false))
+	if (!phase_change_pending(st, tctx) || !phase_follow(p, tctx, false))
 		return;
 	task_account(p, tctx);
 	if (p->scx.slice > tctx->slice_ns)
@@ -234,25 +268,39 @@ static __always_inline void phase_starts(struct task_struct *p, struct task_ctx 
 }
 
 /*
+ * A change may come while the thread runs that no one would apply before the tick: it is in a GPU
+ * sync (its return is one: OptimizerStep), or one is pending. The phase timer looks only then
+ * (phase_timer.bpf.h); the probes kick for the changes they make as it is switched in.
+ */
+static __always_inline bool phase_may_change(const struct zernel_phase_thread *st,
+					     const struct task_ctx *tctx)
+{
+	return st->depth || phase_change_pending(st, tctx);
+}
+
+/*
  * ops.tick of a running thread with a phase change pending (phase_change_pending): the time run
  * so far is charged at the old weight, then the new phase's policy applies: its weight in the
  * node (the victim search reads it from the thread), and its slice when shorter than what is
- * left. (A new phase that preempts needs nothing more: the thread runs.)
+ * left. (A new phase that preempts needs nothing more: the thread runs.) Returns the probes'
+ * state of the thread (NULL: none), for the phase timer's arming at the tick.
  */
-static __always_inline void phase_tick(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline struct zernel_phase_thread *phase_tick(struct task_struct *p,
+							      struct task_ctx *tctx)
 {
 	struct zernel_phase_thread *st;
 
 	st = phase_state(p);
 	if (!st || !phase_change_pending(st, tctx))
-		return;
+		return st;
 	account_run(p, tctx);
 	if (!phase_follow(p, tctx, false))
-		return;
+		return st;
 	stat_inc(ZERNEL_STAT_PHASE_TICK);
 	task_account(p, tctx);
 	if (p->scx.slice > tctx->slice_ns)
 		scx_bpf_task_set_slice(p, tctx->slice_ns);
+	return st;
 }
 
 #endif /* ZERNEL_SCHED_PHASE_BPF_H */

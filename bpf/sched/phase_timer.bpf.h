@@ -1,33 +1,45 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * phase_timer.bpf.h: the per-CPU timer that applies a running thread's phase change within about
- * 0.25 ms (phase.bpf.h says what a phase change is and how its delay is measured).
+ * 0.25 ms when the probes cannot ask for it themselves (phase.bpf.h says what a phase change is and
+ * how its delay is measured).
  *
- * A change made while a thread runs has no wakeup to be applied at, and the probes that make it
- * cannot kick a CPU: sched_ext's kfuncs are not registered for uprobes; and older kernels, 6.12
- * among them, refuse a bpf_timer in a tracing program, which would let a probe start this
- * object's timer at once (the VM tests' 7.3 does not refuse it). So the scheduler looks:
+ * A change made while a thread runs has no wakeup to be applied at. The probes' context-switch
+ * program kicks the thread's CPU itself for the changes it makes as a followed thread is switched
+ * in (an NCCL wait's end, a batch that came, a worker back from idling: probes.bpf.c, sched_kick;
+ * sched_ext registers its general kfuncs for tracing programs). Their uprobes cannot: those
+ * kfuncs are not registered for uprobes, and older kernels, 6.12 among them, refuse a bpf_timer in
+ * them, which would let them start this object's timer (the VM tests' 7.3 does not refuse it). So
+ * for the one change a uprobe makes in the middle of a run that matters, a GPU sync's return
+ * (OptimizerStep), and for a change pending after a run began, the scheduler looks:
  * ops.running of a followed thread (one of a decided process whose phase phase_follow applied)
- * arms its CPU's timer (phase_timers, pinned to the CPU); every ZERNEL_PHASE_TIMER_NS, for as long
- * as a followed thread runs there, it looks whether that thread has a change pending
- * (phase_change_pending), and then kicks the CPU (SCX_KICK_PREEMPT): the thread goes through
- * ops.dispatch (keep_prev applies the phase and keeps it on) or ops.enqueue, which applies the
- * phase and puts it back at the head of its CPU's local DSQ (task_ctx.phase_kicked), so that it
+ * that is inside a sync or has a change pending (phase_may_change) arms its CPU's timer
+ * (phase_timers, pinned to the CPU), and so does ops.tick for a thread that entered a sync while
+ * it ran; every ZERNEL_PHASE_TIMER_NS, while that thread runs there and is in a sync or has a
+ * change pending, the timer looks whether a change is pending (phase_change_pending), and then
+ * kicks the CPU (SCX_KICK_PREEMPT): the thread goes through ops.dispatch (keep_prev applies the
+ * phase and keeps it on) or ops.enqueue, which applies the phase and puts it back at the head of
+ * its CPU's local DSQ (task_ctx.phase_kicked, or the probes' mark: phase_kick_take), so that it
  * runs on with the new slice and weight rather than losing its CPU to the kick (placed in the
  * LLC's queue, a thread that ran a while queues behind the hogs' 20 ms slices, and the job lost
- * throughput). The first look that finds no followed thread running there stops the timer:
- * ops.stopping does nothing for it, and a CPU that runs only other tasks never has it armed.
- * ops.tick (phase_tick) remains the fallback, at most a tick after a change.
+ * throughput). The first look that finds the thread off the CPU, no longer followed, or out of its
+ * sync with nothing pending stops the timer (one more look follows a kick); ops.stopping does
+ * nothing for it, and a CPU that runs only other tasks never has it armed. ops.tick (phase_tick)
+ * remains the fallback, at most a tick after a change: a sync that begins and returns within one
+ * run and one tick waits for it.
  *
- * Cost, for followed threads only: a timer start when one starts running on a CPU whose timer is
- * stopped, a timer interrupt per period while they run (4,000 a second on a CPU busy with them)
- * plus one after each run, and one extra pass through the scheduler per change. Arming the timer
- * only after a sync or NCCL wakeup, for four periods, was tried: the changes in the middle of a
- * run (a launch well after a data wait) then waited for the tick (docs/sched-ext.md, "How fast a
- * phase change is applied", has both measured).
+ * Cost, for followed threads only: a timer start when one in a sync (or with a change pending)
+ * starts running on a CPU whose timer is stopped, a timer interrupt per period while such a thread
+ * runs (4,000 a second on a CPU busy with a thread spinning in a sync; none while it runs outside
+ * syncs: its launches, its optimizer step, a DataLoader worker's batch) plus one after each run
+ * and each kick, and one extra pass through the scheduler per change applied by a kick. The timer
+ * for the whole of each run (every followed thread, every period) was the version before; arming
+ * it only after a sync or NCCL wakeup, for four periods, the one before that: the changes in the
+ * middle of a run (a launch well after a data wait) then waited for the tick (docs/sched-ext.md,
+ * "How fast a phase change is applied", has them measured).
  *
- * No race on an entry: it is written only on its CPU, by ops.running there and by the timer's
- * callback, which runs there in softirq context and so never in the middle of ops.running.
+ * No race on an entry: it is written only on its CPU, by ops.running and ops.tick there and by the
+ * timer's callback, which runs there in softirq context and so never in the middle of either.
  */
 #ifndef ZERNEL_SCHED_PHASE_TIMER_BPF_H
 #define ZERNEL_SCHED_PHASE_TIMER_BPF_H
@@ -62,7 +74,7 @@ struct {
 /*
  * The timer's callback: while the thread it watches runs on its CPU, looks every period whether
  * the thread has a phase change pending, and then kicks the CPU; stops at the first look that
- * finds the thread off the CPU or no longer followed.
+ * finds the thread off the CPU, no longer followed, or out of its sync with nothing pending.
  */
 static int phase_timer_fire(void *map, u32 *key, struct phase_timer *t)
 {
@@ -78,15 +90,18 @@ static int phase_timer_fire(void *map, u32 *key, struct phase_timer *t)
 		st = phase_state(p);
 		if (tctx && st && tctx->weight && scx_bpf_task_running(p) &&
 		    scx_bpf_task_cpu(p) == t->cpu) {
-			again = true;
 			stat_inc(ZERNEL_STAT_PHASE_TIMER);
 			idx = phase_index(st->phase);
 			if (!phase_change_pending(st, tctx)) {
-				/* nothing new */
+				/* Nothing new: look again while in a sync (phase_may_change). */
+				again = st->depth;
 			} else if (idx == tctx->applied_phase) {
 				/* Changed and changed back: nothing to apply (phase_follow's rule). */
 				tctx->seen_since_ns = st->since_ns;
+				again = st->depth;
 			} else {
+				/* One more look after the kick: it stops there unless in a sync. */
+				again = true;
 				tctx->phase_kicked = 1;
 				scx_bpf_kick_cpu(t->cpu, SCX_KICK_PREEMPT);
 				stat_inc(ZERNEL_STAT_PHASE_KICK);
@@ -102,7 +117,8 @@ static int phase_timer_fire(void *map, u32 *key, struct phase_timer *t)
 }
 
 /*
- * ops.running of a followed thread: the timer watches it from now on. Already armed (the thread
+ * ops.running of a followed thread in a sync or with a change pending (phase_may_change), or
+ * ops.tick of one that entered a sync: the timer watches it from now on. Already armed (the thread
  * before it here was followed too, or this one ran on after a kick), the callback finds it at its
  * next look; started anew at each switch it would never fire under a thread that switches more
  * often than its period. Not from another CPU (ops.running also runs on a CPU that holds p's

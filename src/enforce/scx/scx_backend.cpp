@@ -509,13 +509,13 @@ void ScxBackend::log_exit_counters() const noexcept {
         "starvation rescues; threads scheduled by their own phase {} times ({} within 1 ms of "
         "its event); phase changes acted on after <= 0.1 ms {}, <= 1 ms {}, <= 4 ms {}, "
         "more {} of the thread's runnable time ({} by the tick, {} CPU kicks, "
-        "{} phase timer runs)",
+        "{} phase timer runs, {} kicks by the probes)",
         c[ZERNEL_STAT_DECIDED], c[ZERNEL_STAT_UNDECIDED], c[ZERNEL_STAT_KICK_PREEMPT],
         c[ZERNEL_STAT_STARVE_RESCUE], c[ZERNEL_STAT_PHASE_FOLLOWED],
         c[ZERNEL_STAT_PHASE_FOLLOWED_1MS], c[ZERNEL_STAT_PHASE_DELAY_100US],
         c[ZERNEL_STAT_PHASE_DELAY_1MS], c[ZERNEL_STAT_PHASE_DELAY_4MS],
         c[ZERNEL_STAT_PHASE_DELAY_LONG], c[ZERNEL_STAT_PHASE_TICK], c[ZERNEL_STAT_PHASE_KICK],
-        c[ZERNEL_STAT_PHASE_TIMER]);
+        c[ZERNEL_STAT_PHASE_TIMER], c[ZERNEL_STAT_PHASE_PROBE_KICK]);
   } catch (...) {  // a log line is not worth an exception out of a destructor
     std::fputs("zernel-scheduler: sched_ext: the exit counters could not be logged\n", stderr);
   }
