@@ -208,7 +208,10 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	}
 
-	/* Put back by the phase timer's kick (phase_timer.bpf.h): it runs on, by its new phase. */
+	/*
+	 * Put back by a kick for its phase change (the phase timer's or the probes',
+	 * phase_kick_take): it runs on, by its new phase.
+	 */
 	if (kicked && !(enq_flags & SCX_ENQ_WAKEUP)) {
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, tctx->slice_ns, enq_flags | SCX_ENQ_HEAD);
 		stat_inc(ZERNEL_STAT_LOCAL);
@@ -302,9 +305,9 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 /*
  * ops.running has work only for a followed thread of a decided process: a phase change made
  * while it was queued applies, and the phase timer watches its run while a change may come
- * (phase_may_change: in a GPU sync, or one pending). The run time needs no start
- * mark (charge_run), the fronts move in ops.dispatch, and a thread whose tgid slot counts no
- * followed thread is not looked up (phase.bpf.h, COST).
+ * (phase_may_change: in a GPU sync, or one pending). The run time needs no start mark
+ * (charge_run), the fronts move in ops.dispatch, and a thread whose tgid slot counts no followed
+ * thread is not looked up (phase.bpf.h, COST).
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {

@@ -38,7 +38,8 @@
  * them, a thread of a decided process takes a second task-storage lookup, its state in
  * zernel_phase_threads (phase_state), in each callback that follows its phase: ops.select_cpu,
  * ops.enqueue, ops.tick, keep_prev, ops.stopping of a sleep, and ops.running of a followed
- * thread; ops.enqueue and keep_prev of a followed thread look once more, for a kick to take. ops.running has work only for a followed thread (one whose phase phase_follow applied:
+ * thread; ops.enqueue and keep_prev of a followed thread look once more, for a kick to take.
+ * ops.running has work only for a followed thread (one whose phase phase_follow applied:
  * task_ctx.followed); followed_slots counts them per tgid slot, so that ops.running of any other
  * thread reads that count and returns without a task-storage lookup.
  *
@@ -128,8 +129,10 @@ static __always_inline bool phase_change_pending(const struct zernel_phase_threa
 /*
  * Takes the kick that ended the thread's run for its phase change, if one did: the phase timer's
  * (task_ctx.phase_kicked) or the probes' at its switch-in (zernel_phase_thread.kicked, counted
- * here with the timer's kicks). ops.enqueue then puts the thread back at the head of its CPU's
- * local DSQ; keep_prev, which keeps it on anyway, only clears the marks.
+ * here with the timer's kicks). keep_prev then keeps the thread on its CPU without comparing it
+ * with the queue, ops.enqueue puts it back at the head of its CPU's local DSQ. A mark whose kick
+ * found the thread gone (it slept first) is dropped as it goes to sleep (phase_sleeps), so that
+ * it cannot spare a later slice's end the comparison.
  */
 static __always_inline bool phase_kick_take(struct task_struct *p, struct task_ctx *tctx)
 {
@@ -234,14 +237,17 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 /*
  * A followed thread goes to sleep: a phase change it ran with and the scheduler did not act on
  * is counted with the time it ran (its wakeup applies it, and must not count it as a wakeup's);
- * a sync's ended wait (woke_in_sync) is over.
+ * a sync's ended wait (woke_in_sync) is over, and so is any kick for a change (phase_kick_take).
  */
 static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx *tctx)
 {
 	struct zernel_phase_thread *st;
 
 	tctx->woke_in_sync = 0;
+	tctx->phase_kicked = 0;
 	st = phase_state(p);
+	if (st && st->kicked)
+		st->kicked = 0;
 	if (!st || !phase_change_unseen(st, tctx))
 		return;
 	if (phase_policy_index(st, false) == tctx->applied_phase)
