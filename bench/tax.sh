@@ -178,11 +178,21 @@ record() { # LABEL CONDITION ROLE REP JSON
     "$@" >> "$results"
 }
 
+# Each build's label: the name of its --bin's parent (build, u1-base), with its position added
+# where two share a name (two trees' build/bin), so that their figures are not merged.
+declare -A seen
+labels=()
+for i in "${!bins[@]}"; do
+  l=$(basename "$(dirname "${bins[$i]}")")
+  [[ -n ${seen[$l]:-} ]] && l="$l-$((i + 1))"
+  seen[$l]=1
+  labels+=("$l")
+done
 echo "tax.sh: ${#bins[@]} build(s) x 4 conditions x $reps repetitions, best of $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for rep in $(seq "$reps"); do
   for cond in none idle jobonly job; do
-    for b in "${bins[@]}"; do
-      label=$(basename "$(dirname "$b")")
+    for i in "${!bins[@]}"; do
+      b=${bins[$i]} label=${labels[$i]}
       daemon_on=0
       [[ $cond == idle || $cond == job ]] && daemon_on=1
       [[ $daemon_on == 1 ]] && run_daemon "$b" "$label"
