@@ -201,8 +201,14 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	struct zernel_phase_thread *st;
 	u32 idx;
 
-	if (!zernel_follow_phases || !tctx->weight)
+	if (!zernel_follow_phases)
 		return false;
+	if (!tctx->weight) {
+		/* Its decision is gone: no longer followed, and the probes no longer kick for it. */
+		if (tctx->followed)
+			set_followed(p, tctx, phase_state(p), false);
+		return false;
+	}
 	st = phase_state(p);
 	set_followed(p, tctx, st, !!st);
 	if (!st)

@@ -53,10 +53,11 @@ struct task_ctx {
 			     * last found) */
 	u8 applied_phase;   /* zernel_phase_policy index it is scheduled by now; ZERNEL_NO_PHASE:
 			     * the decision's policy (phase_follow) */
-	u8 phase_kicked;    /* 1: the phase timer kicked its CPU (ops.enqueue keeps it there) */
+	u8 phase_kicked;    /* 1: the phase timer kicked its CPU (keep_prev or ops.enqueue keeps it
+			     * there: phase_kick_take) */
 	u8 followed;	    /* 1: phase_follow found the probes' state of it (kept across
-			     * decisions: ops.running arms the phase timer for it); counted in
-			     * followed_slots (set_followed) */
+			     * decisions, cleared when it has none: ops.running arms the phase
+			     * timer for it); counted in followed_slots (set_followed) */
 	u8 woke_in_sync;    /* 1: it woke inside a GPU sync it slept in, and has not slept since:
 			     * its wait is over (phase_policy_index, phase.bpf.h) */
 	u8 __pad[1];
