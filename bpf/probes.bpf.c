@@ -619,7 +619,8 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
  * ops.enqueue). On a kernel without sched_ext the kfunc is absent, bpf_ksym_exists() is false at
  * load, and the call is dead code. sched_follows is set only by that scheduler, so threads it does
  * not follow, and every task when it is not loaded, are never kicked from here (it clears the mark
- * of each task at ops.disable, also when the kernel ejects it).
+ * when a thread's process loses its decision, and of each task at ops.disable, also when the
+ * kernel ejects it).
  */
 static __always_inline void sched_kick(struct zernel_phase_thread *st)
 {

@@ -244,7 +244,7 @@ struct zernel_phase_thread {
 				   buffer was full), not in the ring */
 	__u8 pad;
 	__u8 sched_follows; /* 1 while the sched_ext scheduler schedules the thread by its
-				   phase (the scheduler writes it: set_followed, ops.disable) */
+				   phase (the scheduler writes it: set_followed) */
 	__u8 kicked;	    /* 1: the probes kicked its CPU for a change made as it was
 				   switched in (the scheduler clears it when it takes the kick) */
 	__u8 pad2[2];
