@@ -122,7 +122,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 	s32 cpu;
 
 	if (tctx) {
-		phase_follow(p, tctx, true);
+		phase_follow(p, tctx, true, NULL);
 		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU, prev_cpu);
 		/* Over its cgroup's quota: ops.enqueue parks it. */
 		if (task_throttled(tctx))
@@ -157,6 +157,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
+	struct zernel_phase_thread *st;
 	u32 llc = task_llc(p);
 	bool counted, kicked;
 	u64 key, share;
@@ -170,8 +171,8 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		stat_inc(ZERNEL_STAT_GLOBAL);
 		return;
 	}
-	phase_follow(p, tctx, enq_flags & SCX_ENQ_WAKEUP);
-	kicked = phase_kick_take(p, tctx);
+	phase_follow(p, tctx, enq_flags & SCX_ENQ_WAKEUP, &st);
+	kicked = phase_kick_take(tctx, st);
 	if (tctx->weight) {
 		stat_inc(ZERNEL_STAT_DECIDED);
 		if (has_tenant(tctx))

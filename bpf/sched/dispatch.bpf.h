@@ -89,6 +89,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 {
 	struct task_ctx *tctx = task_ctx_get(prev);
 	u64 key, share, req, rkey, rvtime, floor, head;
+	struct zernel_phase_thread *st;
 
 	if (!tctx)
 		return false;
@@ -105,9 +106,9 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 	 * that head to the CPU's local DSQ, where it ran next, whatever woke meanwhile: one more
 	 * hog slice on the CPU per kick cost the protection bench's job 2-9 % of its steps.
 	 */
-	if (phase_follow(prev, tctx, false))
+	if (phase_follow(prev, tctx, false, &st))
 		task_account(prev, tctx);
-	if (phase_kick_take(prev, tctx)) {
+	if (phase_kick_take(tctx, st)) {
 		scx_bpf_task_set_slice(prev, tctx->slice_ns);
 		return true;
 	}

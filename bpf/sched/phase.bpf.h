@@ -38,7 +38,7 @@
  * them, a thread of a decided process takes a second task-storage lookup, its state in
  * zernel_phase_threads (phase_state), in each callback that follows its phase: ops.select_cpu,
  * ops.enqueue, ops.tick, keep_prev, ops.stopping of a sleep, and ops.running of a followed
- * thread; ops.enqueue and keep_prev of a followed thread look once more, for a kick to take.
+ * thread (ops.enqueue and keep_prev read a kick's mark in the state phase_follow found).
  * ops.running has work only for a followed thread (one whose phase phase_follow applied:
  * task_ctx.followed); followed_slots counts them per tgid slot, so that ops.running of any other
  * thread reads that count and returns without a task-storage lookup.
@@ -129,20 +129,17 @@ static __always_inline bool phase_change_pending(const struct zernel_phase_threa
 /*
  * Takes the kick that ended the thread's run for its phase change, if one did: the phase timer's
  * (task_ctx.phase_kicked) or the probes' at its switch-in (zernel_phase_thread.kicked, counted
- * here with the timer's kicks). keep_prev then keeps the thread on its CPU without comparing it
+ * here with the timer's kicks; st: the probes' state of a followed thread, as phase_follow just
+ * found it, NULL for any other). keep_prev then keeps the thread on its CPU without comparing it
  * with the queue, ops.enqueue puts it back at the head of its CPU's local DSQ. A mark whose kick
  * found the thread gone (it slept first) is dropped as it goes to sleep (phase_sleeps), so that
  * it cannot spare a later slice's end the comparison.
  */
-static __always_inline bool phase_kick_take(struct task_struct *p, struct task_ctx *tctx)
+static __always_inline bool phase_kick_take(struct task_ctx *tctx, struct zernel_phase_thread *st)
 {
-	struct zernel_phase_thread *st;
 	bool kicked = tctx->phase_kicked;
 
 	tctx->phase_kicked = 0;
-	if (!zernel_follow_phases || !tctx->followed)
-		return kicked;
-	st = phase_state(p);
 	if (st && st->kicked) {
 		st->kicked = 0;
 		stat_inc(ZERNEL_STAT_PHASE_KICK);
@@ -193,14 +190,19 @@ static __always_inline u32 phase_policy_index(const struct zernel_phase_thread *
 /*
  * Schedules a thread of a decided process by its own phase (PHASES OF THREADS above). `waking`:
  * from a wakeup. True when the policy changed; callers account the thread afterwards
- * (task_wakes, task_account), which carries a changed weight into its node.
+ * (task_wakes, task_account), which carries a changed weight into its node. `stp`, when not
+ * NULL, gets the probes' state of a followed thread (NULL: none), for a caller that reads it too
+ * (phase_kick_take) without a second task-storage lookup.
  */
-static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx, bool waking)
+static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx *tctx, bool waking,
+					 struct zernel_phase_thread **stp)
 {
 	const volatile struct zernel_phase_policy *pol;
 	struct zernel_phase_thread *st;
 	u32 idx;
 
+	if (stp)
+		*stp = NULL;
 	if (!zernel_follow_phases)
 		return false;
 	if (!tctx->weight) {
@@ -211,6 +213,8 @@ static __always_inline bool phase_follow(struct task_struct *p, struct task_ctx 
 	}
 	st = phase_state(p);
 	set_followed(p, tctx, st, !!st);
+	if (stp)
+		*stp = st;
 	if (!st)
 		return false;
 	if (waking)
@@ -272,7 +276,7 @@ static __always_inline void phase_sleeps(struct task_struct *p, struct task_ctx 
 static __always_inline void phase_starts(struct task_struct *p, struct task_ctx *tctx,
 					 struct zernel_phase_thread *st)
 {
-	if (!phase_change_pending(st, tctx) || !phase_follow(p, tctx, false))
+	if (!phase_change_pending(st, tctx) || !phase_follow(p, tctx, false, NULL))
 		return;
 	task_account(p, tctx);
 	if (p->scx.slice > tctx->slice_ns)
@@ -306,7 +310,7 @@ static __always_inline struct zernel_phase_thread *phase_tick(struct task_struct
 	if (!st || !phase_change_pending(st, tctx))
 		return st;
 	account_run(p, tctx);
-	if (!phase_follow(p, tctx, false))
+	if (!phase_follow(p, tctx, false, NULL))
 		return st;
 	stat_inc(ZERNEL_STAT_PHASE_TICK);
 	task_account(p, tctx);
