@@ -20,4 +20,10 @@ inline std::uint64_t clock_ns(clockid_t id) {
 inline std::uint64_t monotonic_ns() { return clock_ns(CLOCK_MONOTONIC); }
 inline std::uint64_t monotonic_ms() { return monotonic_ns() / 1'000'000; }
 
+// Time from `since` to `now` on one clock, 0 when `since` is later: a time read before an event
+// (a loop's `now`) and the event's own time read after it must not make an age of 2^64 - 1.
+inline std::uint64_t elapsed(std::uint64_t now, std::uint64_t since) {
+  return now > since ? now - since : 0;
+}
+
 }  // namespace zernel

@@ -211,9 +211,11 @@ void HttpServer::Loop::run() {
       ev.data.fd = listen_fd_;
       if (::epoll_ctl(ep_, EPOLL_CTL_ADD, listen_fd_, &ev) == 0) accept_paused_ = false;
     }
-    if (now - last_sweep_ms_ >= 50) {
-      sweep(now);
-      last_sweep_ms_ = now;
+    // A fresh clock for the deadlines: handling the events above took time, and set the times
+    // of the connections it touched (a lingering one's start, a write's) later than `now`.
+    if (const std::uint64_t at = monotonic_ms(); elapsed(at, last_sweep_ms_) >= 50) {
+      sweep(at);
+      last_sweep_ms_ = at;
     }
   }
 }
@@ -560,16 +562,16 @@ void HttpServer::Loop::sweep(std::uint64_t now) {
   std::vector<std::pair<int, std::optional<HttpClose>>> expired;
   for (const auto& [fd, c] : conns_) {
     if (c.lingering) {
-      if (now - c.waiting_since_ms > kLingerMs) expired.emplace_back(fd, std::nullopt);
+      if (elapsed(now, c.waiting_since_ms) > kLingerMs) expired.emplace_back(fd, std::nullopt);
     } else if (c.writing) {
-      if (now - c.write_since_ms > lim_.write_deadline_ms) {
+      if (elapsed(now, c.write_since_ms) > lim_.write_deadline_ms) {
         expired.emplace_back(fd, HttpClose::write_timeout);
       }
     } else if (c.served == 0 || c.got_bytes) {
-      if (now - c.request_since_ms > lim_.head_deadline_ms) {
+      if (elapsed(now, c.request_since_ms) > lim_.head_deadline_ms) {
         expired.emplace_back(fd, HttpClose::deadline);
       }
-    } else if (now - c.waiting_since_ms > lim_.idle_timeout_ms) {
+    } else if (elapsed(now, c.waiting_since_ms) > lim_.idle_timeout_ms) {
       expired.emplace_back(fd, HttpClose::idle);
     }
   }

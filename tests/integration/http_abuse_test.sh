@@ -30,10 +30,10 @@ check "the daemon caps HTTP at 1/8 of its 1,024 descriptors" \
 # Lingering close: a client still sending when its request is refused (a 512 KiB body, far past
 # what the server reads) gets the 413 and an orderly end, not a reset. The server that closed at
 # once after the error failed this with "Connection reset by peer" on the send. Before the
-# attacks: after the flood the peer's share of connections can still be full (and the flood's
-# last connections still wait in the accept queue), and a lingering connection is the first an
-# arriving one evicts, with a reset (the flood defence): the likely cause of this check's one
-# failure, a broken pipe on the send (CI, 2026-12-04).
+# attacks: after the flood the peer's share of connections can still be full, and a lingering
+# connection is the first an arriving one evicts (the flood defence). Two CI runs (2026-12-04,
+# 12-05) failed this with a broken pipe: the server's sweep compared a loop time read before the
+# 413 with the linger's start read after it, and the unsigned age wrapped (fixed: elapsed()).
 linger_out=$(python3 - "$port" <<'PY' 2>&1
 import socket, sys
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
