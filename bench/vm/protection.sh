@@ -24,10 +24,16 @@
 # clock (tests/vm/run-in-vm.sh).
 #
 #   bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']
-#                          [--arms 'solo half stock periodic zernel']
+#                          [--arms 'solo half stock periodic zernel'] [--detail]
 #
 # --arms runs only the arms named (in that order, rotated per rep as above); solo is needed for
 # the relative figures, which are left out without it.
+# --detail: where each run's steps lose their time. Every 0.2 s the guest reads
+# /proc/TID/schedstat of every thread of z_job and z_noise; per run it prints, per role (the
+# launcher, ranks: its children, workers: theirs, hogs), CPU time, time queued, slices and the
+# mean wait per slice ("@@ detail ARM REP ROLE ..."; the last reading of each thread, so up to
+# 0.2 s of a thread's end is left out), and each rank's first 50 measured steps as
+# step_ms/data_wait_ms ("@@ steps ARM REP rank N: ...", from the job's --step-log).
 #
 # Needs the build (ZERNEL_BUILD_DIR, default build/) with -DZERNEL_BPF=ON. docs/benchmarks.md has
 # the figures.
@@ -35,7 +41,7 @@ set -euo pipefail
 here=$(dirname "$(realpath "$0")")
 repo=$(realpath "$here/../..")
 build=$(realpath -m "${ZERNEL_BUILD_DIR:-$repo/build}")
-reps=3 steps=120 warmup=20 arms='solo half stock periodic zernel'
+reps=3 steps=120 warmup=20 arms='solo half stock periodic zernel' detail=0
 job_args="--ranks 1 --workers 2 --data-ms 35 --gpu-ms 40 --nccl-ms 5 --optimizer-ms 5 --batch-kib 128"
 while [ $# -gt 0 ]; do
   case $1 in
@@ -44,7 +50,8 @@ while [ $# -gt 0 ]; do
     --warmup-steps) warmup=$2; shift 2 ;;
     --job-args) job_args=$2; shift 2 ;;
     --arms) arms=$2; shift 2 ;;
-    *) echo "usage: bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS'] [--arms 'ARM...']" >&2
+    --detail) detail=1; shift ;;
+    *) echo "usage: bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS'] [--arms 'ARM...'] [--detail]" >&2
        exit 2 ;;
   esac
 done
@@ -59,7 +66,7 @@ guest=$(mktemp --suffix=.sh)
 trap 'rm -f "$guest"' EXIT
 cat > "$guest" <<GUEST
 #!/bin/sh
-reps=$reps steps=$steps warmup=$warmup job_args="$job_args" arms="$arms"
+reps=$reps steps=$steps warmup=$warmup job_args="$job_args" arms="$arms" detail=$detail
 GUEST
 cat >> "$guest" <<'GUEST'
 CG=/sys/fs/cgroup
@@ -68,6 +75,33 @@ export TMPDIR=/tmp
 printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/zernel.toml
 printf '[telemetry]\nmetrics_port = 19093\n[phase_detection]\nmode = "periodic"\n' > /tmp/periodic.toml
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
+# sample FILE (--detail): every 0.2 s, "CGROUP TID PPID run_ns wait_ns slices" of each thread
+sample() {
+  while :; do
+    for cg in z_job z_noise; do
+      for t in $(cat $CG/$cg/cgroup.threads 2> /dev/null); do
+        ss=$(cat /proc/$t/schedstat 2> /dev/null) || continue
+        pp=$(cut -d' ' -f4 /proc/$t/stat 2> /dev/null) || continue
+        echo "$cg $t $pp $ss"
+      done
+    done >> "$1"
+    usleep 200000
+  done
+}
+# detail_of ARM REP JOBPID: per role, the last reading of each thread summed; each rank's steps
+detail_of() {
+  awk -v L="$3" -v tag="$1 $2" '{ k = $1 " " $2; cg[k] = $1; tid[k] = $2; r[k] = $4; w[k] = $5; n[k] = $6
+         if ($1 == "z_job" && $3 == L) rank[$2] = 1 }
+       END { for (k in r) {
+               role = cg[k] == "z_noise" ? "hog" : tid[k] == L ? "launcher" : rank[tid[k]] ? "rank" : "worker"
+               R[role] += r[k]; W[role] += w[k]; N[role] += n[k]; T[role]++ }
+             for (g in R) printf "@@ detail %s %-8s threads %2d cpu %6.0f ms queued %6.0f ms slices %6d wait/slice %.2f ms\n", tag, g, T[g], R[g] / 1e6, W[g] / 1e6, N[g], (N[g] ? W[g] / N[g] / 1e6 : 0) }' /tmp/ss.$1.$2 | sort
+  awk -F'[:,}]' -v tag="$1 $2" -v w="$warmup" '{ for (i = 1; i < NF; i++) {
+           if ($i ~ /"rank"$/) r = $(i + 1); if ($i ~ /"step"$/) st = $(i + 1)
+           if ($i ~ /"step_ms"$/) sm = $(i + 1); if ($i ~ /"data_wait_ms"$/) dw = $(i + 1) }
+         if (st >= w && st < w + 50) line[r] = line[r] sprintf(" %d/%d", sm, dw) }
+       END { for (r in line) print "@@ steps " tag " rank " r ":" line[r] }' /tmp/steps.$1.$2 | sort
+}
 # run ARM REP: one run of the job; its summary in /tmp/ARM.REP.json
 run() {
   arm=$1 rep=$2 hogs='' d=''
@@ -93,8 +127,18 @@ run() {
     hogs=$!
     usleep 500000
   fi
+  sampler="" steplog=""
+  if [ "$detail" = 1 ]; then
+    rm -f /tmp/ss.$arm.$rep /tmp/steps.$arm.$rep
+    sample /tmp/ss.$arm.$rep &
+    sampler=$!
+    steplog="--step-log /tmp/steps.$arm.$rep"
+  fi
   sh -c "echo \$\$ > $CG/z_job/cgroup.procs && exec $pin zernel-workload --emulated-gpu \
-    --steps $steps --warmup-steps $warmup $job_args" > /tmp/$arm.$rep.json 2> /tmp/$arm.$rep.err
+    --steps $steps --warmup-steps $warmup $steplog $job_args" > /tmp/$arm.$rep.json 2> /tmp/$arm.$rep.err &
+  job=$!
+  wait $job
+  [ -n "$sampler" ] && { kill $sampler; wait $sampler 2> /dev/null; }
   [ -n "$hogs" ] && { kill $hogs; wait $hogs 2> /dev/null; }
   if [ -n "$d" ]; then
     kill $d
@@ -102,6 +146,8 @@ run() {
     echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"
   fi
   echo "@@ run $arm rep $rep: $(tail -n 1 /tmp/$arm.$rep.json)"
+  [ "$detail" = 1 ] && detail_of $arm $rep $job
+  return 0
 }
 rep=1
 while [ $rep -le $reps ]; do
