@@ -75,16 +75,18 @@ export TMPDIR=/tmp
 printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/zernel.toml
 printf '[telemetry]\nmetrics_port = 19093\n[phase_detection]\nmode = "periodic"\n' > /tmp/periodic.toml
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
-# sample FILE (--detail): every 0.2 s, "CGROUP TID PPID run_ns wait_ns slices" of each thread
+# sample FILE (--detail): every 0.2 s, "CGROUP TID PPID run_ns wait_ns slices" of each thread,
+# read with the shell's own `read` (no process per thread: the guest's CPU is what is measured)
 sample() {
+  out=$1
   while :; do
     for cg in z_job z_noise; do
       for t in $(cat $CG/$cg/cgroup.threads 2> /dev/null); do
-        ss=$(cat /proc/$t/schedstat 2> /dev/null) || continue
-        pp=$(cut -d' ' -f4 /proc/$t/stat 2> /dev/null) || continue
-        echo "$cg $t $pp $ss"
+        { read -r ss < /proc/$t/schedstat && read -r st < /proc/$t/stat; } 2> /dev/null || continue
+        set -- $st  # pid (comm) state ppid ...: the job's names hold no spaces
+        echo "$cg $t $4 $ss"
       done
-    done >> "$1"
+    done >> "$out"
     usleep 200000
   done
 }
