@@ -2,12 +2,13 @@
 
 #include <algorithm>
 
+#include "common/clock.hpp"
+
 namespace zernel::collect {
 
 SyncSignals sync_signals(const SyncState& s, std::uint64_t now_ns, std::uint64_t tick_ns) {
   SyncSignals out;
-  const std::uint64_t in_sync_for =
-      s.in_sync && now_ns > s.in_sync_since_ns ? now_ns - s.in_sync_since_ns : 0;
+  const std::uint64_t in_sync_for = s.in_sync ? elapsed(now_ns, s.in_sync_since_ns) : 0;
   const bool gpu_idle = s.nvml_util_pct && *s.nvml_util_pct < kSyncGpuBusyPct;
   out.long_sync = s.in_sync && in_sync_for >= kLongSyncNs && !(s.runnable && gpu_idle);
   if (out.long_sync) {

@@ -628,7 +628,7 @@ Result<ProbeSample> GpuSyncProbes::read(std::uint32_t pid, std::uint64_t now_ns)
   s.sync_count_delta = delta(proc.sync_count, prev.sync_count);
   s.sync_time_delta_ns = delta(proc.sync_time_ns, prev.sync_time_ns);
   s.futex_waits_delta = delta(futex, prev.futex_waits);
-  s.interval_ns = !first && now_ns > prev.now_ns ? now_ns - prev.now_ns : 0;
+  s.interval_ns = first ? 0 : elapsed(now_ns, prev.now_ns);
   prev = Previous{proc.sync_count, proc.sync_time_ns, futex, now_ns};
   return s;
 }
