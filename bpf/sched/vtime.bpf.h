@@ -63,9 +63,15 @@
  * vtime_now - 20 ms / 0.25 = vtime_now - 80 ms of virtual time: ahead of every queued thread by
  * 20 ms of its own CPU at most, not by 10 s.
  *
- * Known weakness: vtime is per thread: a group entitled to exactly as many CPUs as it has busy
+ * Known weaknesses: vtime is per thread: a group entitled to exactly as many CPUs as it has busy
  * threads keeps them only while its threads' credit lasts; host noise on its CPUs wears a bounded
- * credit down, which is why keep_prev's credit bound applies only against pinned rivals.
+ * credit down, which is why keep_prev's credit bound applies only against pinned rivals. And the
+ * front is the largest key taken: a CPU that takes a lone task of a tiny share (whose request
+ * over its share is seconds of virtual time) moves it seconds ahead of the busy threads' keys, and
+ * a waking thread lifted to the front less its credit then waits behind all of them; the threads
+ * of a cgroup whose cpu.max keeps them from their share never catch up and go first in every
+ * period (a 100 ms heartbeat beside a capped pod waited 10-20 ms in a third of the runs of
+ * vm.kubelet_stress: docs/benchmarks.md, "Where the heartbeat's waits come from").
  *
  * Race accepted: a front is updated without atomics (as in scx_simple): a lost update only
  * lowers the sleeper credit floor for a moment.
