@@ -70,8 +70,9 @@
  * over its share is seconds of virtual time) moves it seconds ahead of the busy threads' keys, and
  * a waking thread lifted to the front less its credit then waits behind all of them; the threads
  * of a cgroup whose cpu.max keeps them from their share never catch up and go first in every
- * period (a 100 ms heartbeat beside a capped pod waited 10-20 ms in a third of the runs of
- * vm.kubelet_stress: docs/benchmarks.md, "Where the heartbeat's waits come from").
+ * period (a 100 ms heartbeat beside a capped pod waited 10-20 ms whenever it woke in that burst,
+ * at its median in a third of the runs of vm.kubelet_stress: docs/benchmarks.md, "Where the
+ * heartbeat's waits come from").
  *
  * Race accepted: a front is updated without atomics (as in scx_simple): a lost update only
  * lowers the sleeper credit floor for a moment.
