@@ -180,6 +180,9 @@ struct zernel_tenant_load {
 	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
 	X(NODE_MAP_FULL, node_map_full)	/* cgroups given no node (the node map full): their	\
 					 * threads share as the root's, their cpu.max unenforced */	\
+	X(TREE_CHANGE, tree_change)	/* changes of the sharing tree (a node became active or	\
+					 * idle, a weight, a cpu.max or a cgroup changed): each	\
+					 * makes every node's cached share stale (tree_gen) */	\
 	X(PHASE_FOLLOWED, phase_followed) /* a thread's own phase (probes) replaced the policy it	\
 					 * was scheduled with, at a wakeup or an enqueue */		\
 	X(PHASE_FOLLOWED_1MS, phase_followed_1ms) /* of those, within 1 ms of the phase's event */	\

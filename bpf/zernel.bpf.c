@@ -498,7 +498,7 @@ void BPF_STRUCT_OPS(zernel_cgroup_exit, struct cgroup *cgrp)
 	if (n && n->quota_ns)
 		__sync_fetch_and_sub(&nr_quotas, 1);
 	bpf_map_delete_elem(&nodes, &id);
-	__sync_fetch_and_add(&tree_gen, 1);
+	tree_changed();
 }
 
 void BPF_STRUCT_OPS(zernel_cgroup_move, struct task_struct *p, struct cgroup *from,
@@ -547,6 +547,8 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(zernel_init)
 	init_at = now_ns();
 	if (!root_node.weight)
 		root_node.weight = ZERNEL_WEIGHT_DFL;
+	/* The root's own group, counted at all times (share.bpf.h, ROOT GROUP). */
+	root_node.child_weight = OWN_GROUP_WEIGHT;
 	bpf_for(llc, 0, nr_llcs) {
 		ret = scx_bpf_create_dsq(llc_dsq(llc), -1);
 		if (ret)

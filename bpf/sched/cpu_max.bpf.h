@@ -164,7 +164,7 @@ static void node_set_quota(u64 id, u64 period_us, u64 quota_us)
 		__sync_fetch_and_add(&nr_quotas, 1);
 	else if (!on && was)
 		__sync_fetch_and_sub(&nr_quotas, 1);
-	__sync_fetch_and_add(&tree_gen, 1);
+	tree_changed();
 }
 
 /*

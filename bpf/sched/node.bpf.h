@@ -38,11 +38,14 @@ enum {
 struct znode {
 	u64 parent;	   /* id of the parent node (0 = the root); unused for the root */
 	u64 weight;	   /* (lock) 1024 scale: cpu.weight 100 = 1024 */
-	s64 nr_runnable;   /* (atomic) its own runnable threads: gates nr_active */
-	s64 nr_active;	   /* (lock) 1 for runnable own threads + 1 per active child */
+	s64 nr_runnable;   /* (atomic) its own runnable threads: gates nr_active (not the
+			    * root's: its own group is always active, share.bpf.h) */
+	s64 nr_active;	   /* (lock) 1 for runnable own threads + 1 per active child (not
+			    * kept for the root) */
 	s64 own_weight;	   /* (atomic) sum of the weights of its own runnable threads */
 	s64 child_weight;  /* (atomic) sum of the weights of its active children, plus
-			    * OWN_GROUP_WEIGHT while its own threads are runnable */
+			    * OWN_GROUP_WEIGHT while its own threads are runnable (the root:
+			    * always) */
 	u64 share;	   /* cache: its share of the machine, FP_ONE = all; valid at share_gen */
 	u64 share_gen;	   /* tree_gen the cache was computed at; 0 = never */
 	u64 limited;	   /* cache (share_gen): 1 when it or an ancestor has a cpu.max quota */
@@ -63,14 +66,21 @@ struct {
 } nodes SEC(".maps");
 
 /*
- * The root node lives in global data, in a section of its own (every CPU writes its counters at
- * the wakeups and sleeps of root-cgroup threads: kept off the lines that every callback only
+ * The root node lives in global data, in a section of its own (every CPU writes its own_weight
+ * at the wakeups and sleeps of root-cgroup threads: kept off the lines that every callback only
  * reads, such as the decision generations): root-cgroup threads, most of a test VM's, need no
  * map lookup.
  */
 private(ZROOT) struct znode root_node;
 /* Moves at every change of the tree (above): share caches older than it are stale. */
 static u64 tree_gen = 1;
+
+/* A change of the tree: every cached share is stale; counted (tree_change). */
+static __always_inline void tree_changed(void)
+{
+	__sync_fetch_and_add(&tree_gen, 1);
+	stat_inc(ZERNEL_STAT_TREE_CHANGE);
+}
 
 static __always_inline struct znode *node_get(u64 id)
 {

@@ -19,10 +19,11 @@
  *	hshare(node) = prod over node and its ancestors below the root of  w(c) / D(parent(c))
  *
  * with D(x) the summed weights of x's active children plus OWN while x has runnable threads of
- * its own (znode.child_weight), S(x) the summed weights of those threads (znode.own_weight). A
- * node is active while it has a runnable thread below it. Activity changes are counted up the
- * tree (nr_runnable gates nr_active, one level at a time under that node's lock) and bump tree_gen;
- * hshare is cached per node (znode.share) until tree_gen moves. S(x) changes on every wakeup and
+ * its own (znode.child_weight; always for the root, below), S(x) the summed weights of those
+ * threads (znode.own_weight). A node is active while it has a runnable thread below it.
+ * Activity changes are counted up the tree (nr_runnable gates nr_active, one level at a time
+ * under that node's lock) and bump tree_gen; hshare is cached per node (znode.share) until
+ * tree_gen moves. S(x) changes on every wakeup and
  * is read fresh. vtime.bpf.h turns the share into virtual time: equal vtime progress gives every
  * busy thread CPU in proportion to its share, and every active node in proportion to its hshare.
  *
@@ -38,6 +39,17 @@
  * (ops.disable); a changed decision, tenant or cgroup moves it to its new node and weight at
  * once. Its share is computed with the weight it joined with (pub.contrib_weight).
  *
+ * ROOT GROUP. The root's own threads count in D(root) as one group of weight OWN at all times,
+ * runnable or not (zernel_init puts it in root_node.child_weight): on a real node the root
+ * cgroup holds the kernel threads, which wake and sleep on every CPU all the time, and with the
+ * group counted only while one of them was runnable, every such wakeup after a quiet moment and
+ * every last one going to sleep changed D(root), so every cached share in the tree (tree_gen),
+ * and wrote three counters that every CPU shares (issue 24). With the group always counted, a
+ * root-cgroup thread's wakeup and sleep write one sum (own_weight). What it changes: while no
+ * root thread is runnable, every other node's share is D / (D + OWN) of what it was, the same
+ * factor for all of them, so the splits between them are the same (the queue orders by vtime,
+ * and every thread's vtime then grows by the same factor faster).
+ *
  * COST. A thread of the root cgroup uses root_node in .bss: no map lookup. A thread of another
  * cgroup takes one hash lookup of its node per callback that accounts it (task_node: at a wakeup
  * in ops.select_cpu and again in ops.enqueue; at a stop, of the node it joined), plus one per
@@ -45,10 +57,11 @@
  * a quota, one of its cgroup's node for the limited flag. A tenant's thread takes three at
  * task_node (the tenant's weight in zernel_tenants, its node in zernel_tenant_node, which returns
  * the id only, being a global function, and that node again in task_node). Joining and leaving
- * are two atomic adds; only a node's first runnable thread and its last going to sleep walk up
- * the tree (zernel_propagate_activity, level by level, each under its node's own lock). The node is looked up
- * once per callback and passed on to the join, the share and the leave; task_share and
- * task_account are inlined (no BPF-to-BPF call on a wakeup or a stop).
+ * are two atomic adds (one for a root-cgroup thread); only a node's first runnable thread and its
+ * last going to sleep walk up the tree (zernel_propagate_activity, level by level, each under its
+ * node's own lock; never for the root's own threads). The node is looked up once per callback
+ * and passed on to the join, the share and the leave; task_share and task_account are inlined
+ * (no BPF-to-BPF call on a wakeup or a stop).
  *
  * Known weaknesses:
  * - Flattening (like scx_flatcg): shares change as threads wake and sleep, and a thread is
@@ -57,7 +70,10 @@
  *   bounded by one slice per thread.
  * - A node's own threads compete with its children as one group of weight 100, where CFS lets
  *   each root-cgroup thread compete alone: on a real node the root holds kernel threads, and
- *   treating them as one group keeps D(root) and the cached shares stable.
+ *   treating them as one group, always counted (ROOT GROUP), keeps D(root) and the cached
+ *   shares stable.
+ * - The root's own_weight is still one sum that every CPU writes at a root-cgroup thread's
+ *   wakeup and sleep (one atomic add each).
  * - The share of a thread running alone on a CPU of a many-CPU machine is a fraction of the
  *   machine it cannot exceed on one CPU; vtime then falls behind and the lag bound (vtime.bpf.h),
  *   not the share, decides what it has when competition arrives (within two slices).
@@ -108,9 +124,10 @@ struct {
  * them with node_set_weight; the parent's sum takes the difference by an atomic add after the
  * lock is dropped (bpf_spin_lock allows no other lock, nor calls, while held). The adds commute,
  * so racing activations, deactivations and weight changes leave every sum right. The root has no
- * parent and a fixed weight: its counts are atomic adds, no lock. No lock is shared by two nodes,
- * so the pods of a kubelet's tree become active and idle without meeting on one (until issue 24
- * one tree_lock served the whole tree).
+ * parent and a fixed weight, and its own group is always counted (ROOT GROUP): a level that
+ * reaches it adds to its sum and stops. No lock is shared by two nodes, so the pods of a
+ * kubelet's tree become active and idle without meeting on one (until issue 24 one tree_lock
+ * served the whole tree).
  */
 __noinline int zernel_propagate_activity(u64 id, u32 activate)
 {
@@ -125,13 +142,12 @@ __noinline int zernel_propagate_activity(u64 id, u32 activate)
 
 		if (!n)
 			break;
+		/* The root: its sum took the child's weight at the level below (ROOT GROUP). */
+		if (!id)
+			break;
 		/* The first level: its own threads start (or stop) to compete, as one child. */
 		if (i == 0)
 			__sync_fetch_and_add(&n->child_weight, step * (s64)OWN_GROUP_WEIGHT);
-		if (!id) {
-			__sync_fetch_and_add(&n->nr_active, step);
-			break;
-		}
 		pid = n->parent;
 		bpf_spin_lock(&n->lock);
 		if (activate ? n->nr_active++ == 0 : --n->nr_active == 0) {
@@ -146,7 +162,7 @@ __noinline int zernel_propagate_activity(u64 id, u32 activate)
 		id = pid;
 	}
 	/* Every call changed some child_weight: the shares cached with the old sums are stale. */
-	__sync_fetch_and_add(&tree_gen, 1);
+	tree_changed();
 	return 0;
 }
 
@@ -169,7 +185,7 @@ static void node_set_weight(u64 id, u64 w1024)
 	pn = node_get(n->parent);
 	if (carry && pn)
 		__sync_fetch_and_add(&pn->child_weight, carry);
-	__sync_fetch_and_add(&tree_gen, 1);
+	tree_changed();
 }
 
 static void tenant_load_add(u64 id, s64 w, s64 n)
@@ -187,10 +203,15 @@ static void tenant_load_add(u64 id, s64 w, s64 n)
 	}
 }
 
-/* A runnable thread of weight w joins node n, of id id (its own threads). */
+/*
+ * A runnable thread of weight w joins node n, of id id (its own threads). The root's own group is
+ * always active (ROOT GROUP above): its threads add their weight and nothing else.
+ */
 static __always_inline void node_join(struct znode *n, u64 id, s64 w)
 {
 	__sync_fetch_and_add(&n->own_weight, w);
+	if (!id)
+		return;
 	tenant_load_add(id, w, 1);
 	if (__sync_fetch_and_add(&n->nr_runnable, 1) == 0)
 		zernel_propagate_activity(id, 1);
@@ -199,6 +220,8 @@ static __always_inline void node_join(struct znode *n, u64 id, s64 w)
 static __always_inline void node_leave(struct znode *n, u64 id, s64 w)
 {
 	__sync_fetch_and_sub(&n->own_weight, w);
+	if (!id)
+		return;
 	tenant_load_add(id, -w, -1);
 	if (__sync_fetch_and_sub(&n->nr_runnable, 1) == 1)
 		zernel_propagate_activity(id, 0);

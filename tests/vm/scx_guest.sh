@@ -446,7 +446,10 @@ bench_sched() {
     eevdf) bench_one "$1" "$2" ;;
     zernel|zernel_base)
       [ "$1" = zernel ] && DRIVER=zernel-scx-driver || DRIVER=$SCX_BENCH_BASE
-      start_driver && { bench_one "$1" "$2"; stop_driver; }
+      start_driver && { bench_one "$1" "$2"; stop_driver
+        # Changes of the sharing tree over the driver's run (attach, pipe, msg), each of which
+        # makes every cached share stale (an older build may not count them: then none).
+        r "bench $1 round $2 tree changes $(json_num tree_change)"; }
       DRIVER=zernel-scx-driver ;;
     zernel_product)
       # The whole product: the daemon (probes, discovery, decisions) with the scheduler, following
