@@ -43,8 +43,8 @@
  * runnable or not (zernel_init puts it in root_node.child_weight): on a real node the root
  * cgroup holds the kernel threads, which wake and sleep on every CPU all the time, and with the
  * group counted only while one of them was runnable, every such wakeup after a quiet moment and
- * every last one going to sleep changed D(root), so every cached share in the tree (tree_gen),
- * and wrote three counters that every CPU shares (issue 24). With the group always counted, a
+ * every last one going to sleep changed D(root), which made every cached share in the tree stale
+ * (tree_gen), and wrote three counters that every CPU shares (issue 24). With the group always counted, a
  * root-cgroup thread's wakeup and sleep write one sum (own_weight). What it changes: while no
  * root thread is runnable, every other node's share is D / (D + OWN) of what it was, the same
  * factor for all of them, so the splits between them are the same (the queue orders by vtime,
