@@ -23,9 +23,9 @@
  * threads (znode.own_weight). A node is active while it has a runnable thread below it.
  * Activity changes are counted up the tree (nr_runnable gates nr_active, one level at a time
  * under that node's lock) and bump tree_gen; hshare is cached per node (znode.share) until
- * tree_gen moves. S(x) changes on every wakeup and
- * is read fresh. vtime.bpf.h turns the share into virtual time: equal vtime progress gives every
- * busy thread CPU in proportion to its share, and every active node in proportion to its hshare.
+ * tree_gen moves. S(x) changes on every wakeup and is read fresh. vtime.bpf.h turns the share
+ * into virtual time: equal vtime progress gives every busy thread CPU in proportion to its share,
+ * and every active node in proportion to its hshare.
  *
  * Worked example, 2 CPUs. Cgroups A (cpu.weight 300) and B (100) under the root, 3 busy threads
  * each, and a tenant T (weight 305: one GPU of one, training) with 4 threads. D(root) = 300 +
@@ -44,11 +44,11 @@
  * cgroup holds the kernel threads, which wake and sleep on every CPU all the time, and with the
  * group counted only while one of them was runnable, every such wakeup after a quiet moment and
  * every last one going to sleep changed D(root), which made every cached share in the tree stale
- * (tree_gen), and wrote three counters that every CPU shares (issue 24). With the group always counted, a
- * root-cgroup thread's wakeup and sleep write one sum (own_weight). What it changes: while no
- * root thread is runnable, every other node's share is D / (D + OWN) of what it was, the same
- * factor for all of them, so the splits between them are the same (the queue orders by vtime,
- * and every thread's vtime then grows by the same factor faster).
+ * (tree_gen), and wrote three counters that every CPU shares (issue 24). With the group always
+ * counted, a root-cgroup thread's wakeup and sleep write one sum (own_weight). What it changes:
+ * while no root thread is runnable, every other node's share is D / (D + OWN) of what it was,
+ * the same factor for all of them, so the splits between them are the same (the queue orders by
+ * vtime, and every thread's vtime then grows by the same factor faster).
  *
  * COST. A thread of the root cgroup uses root_node in .bss: no map lookup. A thread of another
  * cgroup takes one hash lookup of its node per callback that accounts it (task_node: at a wakeup
