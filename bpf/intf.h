@@ -183,6 +183,8 @@ struct zernel_tenant_load {
 	X(TREE_CHANGE, tree_change)	/* changes of the sharing tree (a node became active or	\
 					 * idle, a weight, a cpu.max or a cgroup changed): each	\
 					 * makes every node's cached share stale (tree_gen) */	\
+	X(SHARE_WALK, share_walk)	/* node shares recomputed after such a change (a walk up	\
+					 * the tree, one node lookup per level; share.bpf.h) */	\
 	X(PHASE_FOLLOWED, phase_followed) /* a thread's own phase (probes) replaced the policy it	\
 					 * was scheduled with, at a wakeup or an enqueue */		\
 	X(PHASE_FOLLOWED_1MS, phase_followed_1ms) /* of those, within 1 ms of the phase's event */	\

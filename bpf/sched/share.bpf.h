@@ -328,6 +328,7 @@ __noinline u64 zernel_node_share(u64 id)
 		return FP_ONE;
 	if (!id || n->share_gen == gen)
 		return n->share ? n->share : FP_ONE;
+	stat_inc(ZERNEL_STAT_SHARE_WALK);
 	limited = n->quota_ns ? 1 : 0;
 	for (i = 0; i < ZERNEL_MAX_LEVELS && cur; i++) {
 		struct znode *c = node_get(cur), *pn;
