@@ -66,13 +66,16 @@
  * Known weaknesses: vtime is per thread: a group entitled to exactly as many CPUs as it has busy
  * threads keeps them only while its threads' credit lasts; host noise on its CPUs wears a bounded
  * credit down, which is why keep_prev's credit bound applies only against pinned rivals. And the
- * front is the largest key taken: a CPU that takes a lone task of a tiny share (whose request
- * over its share is seconds of virtual time) moves it seconds ahead of the busy threads' keys, and
- * a waking thread lifted to the front less its credit then waits behind all of them; the threads
- * of a cgroup whose cpu.max keeps them from their share never catch up and go first in every
- * period (a 100 ms heartbeat beside a capped pod waited 10-20 ms whenever it woke in that burst,
- * at its median in a third of the runs of vm.kubelet_stress: docs/benchmarks.md, "Where the
- * heartbeat's waits come from").
+ * front is the largest key taken: a CPU that takes a lone task of a tiny share (whose request over
+ * its share is seconds of virtual time) moves it seconds ahead of the busy threads' keys, and a
+ * waking thread lifted to the front less its credit then waits behind all of them; the threads of a
+ * cgroup whose cpu.max keeps them from their share never catch up and go first in every period (a
+ * 100 ms heartbeat beside a capped pod waited 10-20 ms whenever it woke in that burst, at its
+ * median in a third of the runs of vm.kubelet_stress: docs/benchmarks.md, "Where the heartbeat's
+ * waits come from"). A share-weighted zero-lag point in place of the front was built and measured,
+ * and was no better: against a true mean, the credit of a tiny share (20 ms of its service is
+ * minutes of virtual time) puts its every wakeup first (docs/benchmarks.md, "The zero-lag point,
+ * built and measured").
  *
  * Race accepted: a front is updated without atomics (as in scx_simple): a lost update only
  * lowers the sleeper credit floor for a moment.
