@@ -36,9 +36,9 @@
 # default scheduler, for comparison: the checks on the scheduler itself are then skipped),
 # KUBE_BEAT_US (97000: the heartbeat's period; not 100 ms, whose wakeups would keep one phase
 # against the capped pod's 100 ms cpu.max period, in or out of its burst for a whole run),
-# KUBE_BPFSTATS (1: the kernel's BPF run-time statistics on during the stress, and the scheduler's
-# cost per callback printed: ns per call and calls, "@@ callback NAME ..."; host clock, not a
-# cycle count, so compare runs of one boot's conditions only).
+# KUBE_BPFSTATS (1; unset or 0: off. The kernel's BPF run-time statistics on during the stress,
+# and the scheduler's cost per callback printed: ns per call and calls, "@@ callback NAME ...";
+# host clock, not a cycle count, so compare runs of one session's conditions only).
 # shellcheck source=tests/vm/guest-lib.sh
 . /zernel/guest-lib.sh
 CG=/sys/fs/cgroup
@@ -203,7 +203,7 @@ bpf_progs() {
       if ($i == "run_cnt") c = $(i + 1) }
     if (n != "") print n, c, t }'
 }
-if [ -n "${KUBE_BPFSTATS:-}" ]; then
+if [ "${KUBE_BPFSTATS:-0}" != 0 ]; then
   PATH=$PATH:${ZERNEL_BUILD_DIR:-}/_deps/bpf/bin  # the host's kubelet_stress_test.sh added it
   echo 1 > /proc/sys/kernel/bpf_stats_enabled || bad "KUBE_BPFSTATS: cannot turn on kernel.bpf_stats_enabled"
   command -v bpftool > /dev/null || bad "KUBE_BPFSTATS: no bpftool in the guest"
@@ -220,7 +220,7 @@ c1=$(uptime_cs)
 a1=$(ticks $cap_a) b1=$(ticks $cap_b)
 wait $churner
 r "stress done at $(($(uptime_cs) / 100)) s of uptime"
-if [ -n "${KUBE_BPFSTATS:-}" ]; then
+if [ "${KUBE_BPFSTATS:-0}" != 0 ]; then
   bpf_progs > /tmp/progs1
   echo 0 > /proc/sys/kernel/bpf_stats_enabled
   awk 'NR == FNR { c[$1] = $2; t[$1] = $3; next }

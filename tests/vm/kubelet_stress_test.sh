@@ -27,7 +27,7 @@ done
 # the guest's clock is the host's, and the checks allow for its stalls (kubelet_guest.sh).
 export ZERNEL_VM_TIMEOUT=${ZERNEL_VM_TIMEOUT:-360}
 extra=()
-if [ -n "${KUBE_BPFSTATS:-}" ]; then
+if [ "${KUBE_BPFSTATS:-0}" != 0 ]; then
   [ -x "$build/_deps/bpf/bin/bpftool" ] || { echo "$test_name: no $build/_deps/bpf/bin/bpftool (KUBE_BPFSTATS)" >&2; exit 1; }
   extra=(--add "$build/_deps/bpf/bin/bpftool")
 fi
