@@ -58,3 +58,19 @@ sum_ticks() {
 hog() { taskset -c "${1:-1}" sh -c 'while :; do :; done' > /dev/null 2>&1 & echo $!; }
 # cgroup_of PID: the process's cgroup v2 path (/job1).
 cgroup_of() { sed -n 's/^0:://p' "/proc/$1/cgroup"; }
+
+# bpf_progs: "NAME CALLS NS" per loaded struct_ops program (the sched_ext scheduler's callbacks),
+# from the kernel's BPF run-time statistics (kernel.bpf_stats_enabled on, bpftool in PATH).
+bpf_progs() {
+  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" { n = ""; c = 0; t = 0
+    for (i = 1; i < NF; i++) { if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1)
+      if ($i == "run_cnt") c = $(i + 1) }
+    if (n != "") print n, c, t }'
+}
+# bpf_progs_delta WHO BEFORE AFTER: "@@ WHO NAME N ns/call M calls" for each program that ran
+# between two bpf_progs files.
+bpf_progs_delta() {
+  awk -v who="$1" 'NR == FNR { c[$1] = $2; t[$1] = $3; next }
+    $2 > c[$1] { printf "@@ %s %s %d ns/call %d calls\n", who, $1, ($3 - t[$1]) / ($2 - c[$1]),
+      $2 - c[$1] }' "$2" "$3"
+}

@@ -196,13 +196,6 @@ churn() {
   done
   echo "pods made $n, removed $removed, tasks moved $moved, limits resized $resized"
 }
-# bpf_progs: "NAME CALLS NS" per loaded struct_ops program (the scheduler's callbacks).
-bpf_progs() {
-  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" { n = ""; c = 0; t = 0
-    for (i = 1; i < NF; i++) { if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1)
-      if ($i == "run_cnt") c = $(i + 1) }
-    if (n != "") print n, c, t }'
-}
 if [ "${KUBE_BPFSTATS:-0}" != 0 ]; then
   PATH=$PATH:${ZERNEL_BUILD_DIR:-}/_deps/bpf/bin  # the host's kubelet_stress_test.sh added it
   echo 1 > /proc/sys/kernel/bpf_stats_enabled || bad "KUBE_BPFSTATS: cannot turn on kernel.bpf_stats_enabled"
@@ -223,9 +216,7 @@ r "stress done at $(($(uptime_cs) / 100)) s of uptime"
 if [ "${KUBE_BPFSTATS:-0}" != 0 ]; then
   bpf_progs > /tmp/progs1
   echo 0 > /proc/sys/kernel/bpf_stats_enabled
-  awk 'NR == FNR { c[$1] = $2; t[$1] = $3; next }
-    $2 > c[$1] { printf "@@ callback %s %d ns/call %d calls\n", $1, ($3 - t[$1]) / ($2 - c[$1]),
-      $2 - c[$1] }' /tmp/progs0 /tmp/progs1
+  bpf_progs_delta callback /tmp/progs0 /tmp/progs1
 fi
 st=$(state) ops=$(cat $SX/root/ops 2> /dev/null)
 

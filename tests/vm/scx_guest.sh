@@ -398,9 +398,7 @@ bench_one() {
   # cost per call as the CPU count grows (issue 24), where the pipe pair leaves most CPUs idle.
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
     bpf_progs > /tmp/progs1
-    awk -v who="bench $1 round $2 msgprog" 'NR == FNR { c[$1] = $2; t[$1] = $3; next }
-      $2 > c[$1] { printf "@@ %s %s %d ns/call %d calls\n", who, $1, ($3 - t[$1]) / ($2 - c[$1]),
-        $2 - c[$1] }' /tmp/progs0 /tmp/progs1
+    bpf_progs_delta "bench $1 round $2 msgprog" /tmp/progs0 /tmp/progs1
   fi
 }
 
@@ -417,14 +415,6 @@ bpf_cost() {
   bpftool prog show 2> /dev/null | awk -v probes="${1:-}" '($2 == "struct_ops") == (probes == "") {
     for (i = 1; i < NF; i++) { if ($i == "run_time_ns") t += $(i + 1); if ($i == "run_cnt") c += $(i + 1) } }
     END { print c + 0, t + 0 }'
-}
-
-# bpf_progs: "NAME CALLS NS" per loaded struct_ops program.
-bpf_progs() {
-  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" { n = ""; c = 0; t = 0
-    for (i = 1; i < NF; i++) { if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1)
-      if ($i == "run_cnt") c = $(i + 1) }
-    if (n != "") print n, c, t }'
 }
 
 # product_follows: waits (30 s) until the daemon on port 19099 follows the job's processes.
