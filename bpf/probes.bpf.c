@@ -90,6 +90,13 @@
 
 #include "probes.h"
 
+#ifndef CLOCK_MONOTONIC
+#define CLOCK_MONOTONIC 1
+#endif
+#ifndef EBUSY
+#define EBUSY 16
+#endif
+
 char _license[] SEC("license") = "GPL";
 
 struct {
@@ -365,15 +372,20 @@ static __always_inline bool rank_driver(const struct zernel_phase_thread *st,
 	return pp && !pp->synced;
 }
 
-static __always_inline void phase_sync_enter(__u64 now)
+/*
+ * A rank thread's sync entry and return (the GPU rules above). Each returns the thread's state
+ * when it changed the phase (the SYNC KICKS below ask the scheduler to apply it), else NULL.
+ */
+static __always_inline struct zernel_phase_thread *phase_sync_enter(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st = phase_thread(task, true, &now);
 	struct zernel_phase_proc *pp;
+	__u64 since;
 	__u32 tgid;
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
-		return;
+		return NULL;
 	if (!st->driver) {
 		st->driver = 1;
 		tgid = st->tgid;
@@ -384,19 +396,23 @@ static __always_inline void phase_sync_enter(__u64 now)
 	st->depth = 1;
 	if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP) {
 		st->pending_ns = now;
-		return;
+		return NULL;
 	}
+	since = st->since_ns;
 	phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_SYNC_ENTER, now);
+	return st->since_ns != since ? st : NULL;
 }
 
-static __always_inline void phase_sync_return(__u64 now)
+static __always_inline struct zernel_phase_thread *phase_sync_return(__u64 now)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st = phase_thread(task, false, &now);
+	__u64 since;
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
-		return;
+		return NULL;
 	st->depth = 0;
+	since = st->since_ns;
 	if (st->pending_ns) {
 		if (now - st->pending_ns >= zernel_sync_hyst_ns)
 			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_LONG_SYNC,
@@ -407,6 +423,7 @@ static __always_inline void phase_sync_return(__u64 now)
 		phase_set(st, task, ZERNEL_PROBE_PHASE_OPTIMIZER_STEP, ZERNEL_CAUSE_SYNC_RETURN, now);
 	else if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP)	/* the bound is per burst */
 		st->runtime_at_since = BPF_CORE_READ(task, se.sum_exec_runtime);
+	return st->since_ns != since ? st : NULL;
 }
 
 /* bpf_find_vma's callback: is the mapping a file named nccl-* (NCCL's /dev/shm segments)? */
@@ -630,6 +647,112 @@ static __always_inline void sched_kick(struct zernel_phase_thread *st)
 	scx_bpf_kick_cpu(bpf_get_smp_processor_id(), SCX_KICK_PREEMPT);
 }
 
+/*
+ * SYNC KICKS. A GPU sync's return (OptimizerStep) and its entry (GpuCompute) are made by the
+ * uprobes while the thread runs, and nothing switches it: without a kick the scheduler would
+ * apply them at its next tick (4 ms at HZ=250). Uprobes may not call sched_ext's kfuncs, so the
+ * uprobe starts this CPU's timer (a bpf_timer pinned to the CPU) and the timer's callback, which
+ * the context-switch program set and which runs as part of that tracing program, kicks: at once
+ * for a return, after ZERNEL_SYNC_KICK_ENTER_NS for an entry (a blocking sync is asleep by then
+ * and its wakeup applies the phase; a spinning one still runs and is kicked). The callback kicks
+ * only when the thread is still on that CPU (the CPU's current task) and has not been switched
+ * since (its nvcsw + nivcsw), when the scheduler follows it and it is not kicked already; else
+ * the switch or the kick that happened has applied the change.
+ *
+ * Only where the kernel lets a uprobe use a bpf_timer (Linux 7.x: check_map_prog_compatibility
+ * keeps the refusal for spin locks, lists and trees; 6.12 and older answer "tracing progs cannot
+ * use bpf_timer yet"): the loader probes for that and then loads the uprobes' _kick variants
+ * (zernel_sync_kick_on); elsewhere the scheduler's phase timer polls while a followed thread is
+ * inside a sync (its phase_timer.bpf.h), and the timer here is never set up or started.
+ *
+ * Cost, for threads the scheduler follows only: one array lookup and a timer start per sync
+ * entry and return of such a thread, and one timer interrupt each; one array lookup per
+ * switch-in of such a thread (sync_kick_ready). Races accepted: the uprobe writes tid and
+ * switches, and a callback of an earlier start may run between the two writes (a softirq on
+ * its CPU): that kick is then skipped or spent on the new change, which the next tick applies
+ * at the latest.
+ */
+enum {
+	/* An entry's kick: after the scheduler's own timer period (phase_timer.bpf.h). */
+	ZERNEL_SYNC_KICK_ENTER_NS = 250000,
+};
+
+struct zernel_sync_kick {
+	struct bpf_timer timer;
+	__u64 switches; /* the thread's nvcsw + nivcsw when the uprobe started the timer */
+	__u32 tid;	/* the thread whose sync made the change */
+	__u32 ready;	/* 1: the timer is set up, with sync_kick_fire as its callback */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* one per possible CPU: the loader sizes it */
+	__type(key, __u32);
+	__type(value, struct zernel_sync_kick);
+} zernel_sync_kicks SEC(".maps");
+
+/* 1: the uprobes' _kick variants are loaded (the loader's probe said the kernel allows them). */
+const volatile __u8 zernel_sync_kick_on = 0;
+
+static __always_inline __u64 task_switches(struct task_struct *task)
+{
+	return BPF_CORE_READ(task, nvcsw) + BPF_CORE_READ(task, nivcsw);
+}
+
+/* The timer's callback, on the CPU whose uprobe started it (SYNC KICKS). */
+static int sync_kick_fire(void *map, __u32 *key, struct zernel_sync_kick *k)
+{
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct zernel_phase_thread *st;
+
+	if (cur->pid != k->tid || task_switches(cur) != k->switches)
+		return 0;
+	st = bpf_task_storage_get(&zernel_phase_threads, cur, 0, 0);
+	if (!st || !st->sched_follows || st->kicked)
+		return 0;
+	sched_kick(st);
+	stat_inc(ZERNEL_PROBE_STAT_SYNC_KICK);
+	return 0;
+}
+
+/*
+ * At a switch-in of a thread the scheduler follows: sets up its CPU's timer the first time (a
+ * tracing program's callback may kick; a uprobe's could not).
+ */
+static __always_inline void sync_kick_ready(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct zernel_sync_kick *k;
+	long ret;
+
+	k = bpf_map_lookup_elem(&zernel_sync_kicks, &cpu);
+	if (!k || k->ready)
+		return;
+	ret = bpf_timer_init(&k->timer, &zernel_sync_kicks, CLOCK_MONOTONIC);
+	if (ret && ret != -EBUSY)
+		return;
+	if (!bpf_timer_set_callback(&k->timer, sync_kick_fire))
+		k->ready = 1;
+}
+
+/* A uprobe's change of a followed thread (st): its CPU's timer kicks after `delay_ns`. */
+static __always_inline void sync_kick_later(struct zernel_phase_thread *st, __u64 delay_ns)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct task_struct *task;
+	struct zernel_sync_kick *k;
+
+	if (!st || !st->sched_follows)
+		return;
+	k = bpf_map_lookup_elem(&zernel_sync_kicks, &cpu);
+	if (!k || !k->ready)
+		return;
+	task = bpf_get_current_task_btf();
+	k->tid = BPF_CORE_READ(task, pid);
+	k->switches = task_switches(task);
+	bpf_timer_start(&k->timer, delay_ns, BPF_F_TIMER_CPU_PIN);
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
@@ -706,15 +829,21 @@ next_task:
 	phase_woke(st, next, &now);
 	if (st->since_ns != since && st->sched_follows)
 		sched_kick(st);
+	if (zernel_sync_kick_on && st->sched_follows && st->role == ZERNEL_PHASE_ROLE_RANK)
+		sync_kick_ready();
 	return 0;
 }
 
-SEC("uprobe.multi")
-int BPF_UPROBE(zernel_sync_enter)
+/*
+ * The sync entry (GPU SYNCHRONISATION above); with `kick` (the _kick variant, SYNC KICKS), a
+ * phase change it makes is kicked for.
+ */
+static __always_inline int sync_enter(bool kick)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
 	struct zernel_probe_thread *t, fresh = {};
+	struct zernel_phase_thread *st;
 	struct zernel_probe_proc *p;
 	struct task_struct *task;
 	__u64 now, runtime, burst = 0;
@@ -752,7 +881,9 @@ int BPF_UPROBE(zernel_sync_enter)
 	t->tgid = tgid; /* a reused tid of another process: the exit hook normally prevents this */
 	t->enter_ns = now;
 	t->depth = 1;
-	phase_sync_enter(now);
+	st = phase_sync_enter(now);
+	if (kick)
+		sync_kick_later(st, ZERNEL_SYNC_KICK_ENTER_NS);
 	p = proc_get(tgid);
 	if (!p)
 		return 0;
@@ -762,11 +893,24 @@ int BPF_UPROBE(zernel_sync_enter)
 	return 0;
 }
 
-SEC("uretprobe.multi")
-int BPF_URETPROBE(zernel_sync_return)
+SEC("uprobe.multi")
+int BPF_UPROBE(zernel_sync_enter)
+{
+	return sync_enter(false);
+}
+
+SEC("uprobe.multi")
+int BPF_UPROBE(zernel_sync_enter_kick)
+{
+	return sync_enter(true);
+}
+
+/* The sync return (GPU SYNCHRONISATION above); with `kick`, as sync_enter. */
+static __always_inline int sync_return(bool kick)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id, tgid = id >> 32;
+	struct zernel_phase_thread *st;
 	struct task_struct *task;
 	struct zernel_probe_thread *t;
 	struct zernel_probe_proc *p;
@@ -786,7 +930,9 @@ int BPF_URETPROBE(zernel_sync_return)
 	runtime = BPF_CORE_READ(task, se.sum_exec_runtime);
 	t->return_ns = now;
 	t->runtime_at_return_ns = runtime;
-	phase_sync_return(now);
+	st = phase_sync_return(now);
+	if (kick)
+		sync_kick_later(st, 0);
 
 	p = proc_get(tgid);
 	if (!p)
@@ -797,6 +943,18 @@ int BPF_URETPROBE(zernel_sync_return)
 	p->last_return_ns = now;
 	p->last_return_tid = tid;
 	return 0;
+}
+
+SEC("uretprobe.multi")
+int BPF_URETPROBE(zernel_sync_return)
+{
+	return sync_return(false);
+}
+
+SEC("uretprobe.multi")
+int BPF_URETPROBE(zernel_sync_return_kick)
+{
+	return sync_return(true);
 }
 
 /* A raw tracepoint: attached by name, no tracefs needed. */

@@ -125,6 +125,8 @@ enum zernel_probe_stat {
 	ZERNEL_PROBE_STAT_WAKE_UNSEEN,	     /* a followed thread's return from a sleep taken at its
 					       next switch-out: the kernel ran it without a
 					       sched_switch naming it next (phase_woke) */
+	ZERNEL_PROBE_STAT_SYNC_KICK,	     /* CPU kicks for a change a sync's entry or return
+					       made (SYNC KICKS in probes.bpf.c) */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -155,7 +157,7 @@ ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_thread, depth
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_probe_futex) == 16, "zernel_probe_futex layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_probe_futex, main_wait_ns) == 8,
 			    "main_wait_ns");
-ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 17,
+ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 18,
 			    "update the loader's stat names with the enum");
 
 /*

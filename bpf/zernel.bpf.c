@@ -375,9 +375,12 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 	if (!tctx)
 		return;
 	if (zernel_follow_phases && tctx->weight) {
-		/* A sync entered while it ran: the timer looks for its return (phase_may_change). */
+		/*
+		 * A sync entered while it ran: the timer looks for its return, unless the probes
+		 * kick for it (phase_may_change).
+		 */
 		st = phase_tick(p, tctx);
-		if (st && st->depth && tctx->followed)
+		if (st && phase_in_polled_sync(st) && tctx->followed)
 			phase_timer_arm(p);
 	}
 	if (!nr_quotas || !tctx->limited)

@@ -21,9 +21,12 @@
  *     switched in (after ops.running): it kicks the CPU (probes.bpf.c, sched_kick; sched_follows
  *     tells it which threads this scheduler follows), and ops.dispatch (keep_prev) or ops.enqueue
  *     applies the phase (phase_kick_take);
- *   - the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there
- *     inside a GPU sync or with a change pending, for the sync's return, which a uprobe makes and
- *     cannot kick for: it kicks the CPU in the same way (phase_timer.bpf.h);
+ *   - the probes' timer, for a sync's entry and return, which their uprobes make and cannot kick
+ *     for themselves: its callback kicks in the same way (probes.bpf.c, SYNC KICKS), where the
+ *     kernel allows it (zernel_sync_kicks);
+ *   - else the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there
+ *     inside a GPU sync, and while one has a change pending: it kicks the CPU in the same way
+ *     (phase_timer.bpf.h);
  *   - ops.running (phase_starts): a change made while the thread waited in a queue;
  *   - ops.tick (phase_tick): the fallback, at most a tick (4 ms at HZ=250) after a change.
  *
@@ -65,6 +68,11 @@ struct {
 } zernel_phase_threads SEC(".maps");
 
 const volatile u32 zernel_follow_phases;
+/*
+ * 1: the probes kick for the changes a GPU sync's entry and return make (their SYNC KICKS, where
+ * the kernel lets a uprobe start a bpf_timer), so the phase timer does not poll inside syncs.
+ */
+const volatile u32 zernel_sync_kicks;
 const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
 
 /*
@@ -285,13 +293,19 @@ static __always_inline void phase_starts(struct task_struct *p, struct task_ctx 
 
 /*
  * A change may come while the thread runs that no one would apply before the tick: it is in a GPU
- * sync (its return is one: OptimizerStep), or one is pending. The phase timer looks only then
- * (phase_timer.bpf.h); the probes kick for the changes they make as it is switched in.
+ * sync (its return is one: OptimizerStep) and the probes cannot kick for it (zernel_sync_kicks),
+ * or one is pending. The phase timer looks only then (phase_timer.bpf.h); the probes kick for the
+ * changes they make as it is switched in, and, with zernel_sync_kicks, for a sync's.
  */
+static __always_inline bool phase_in_polled_sync(const struct zernel_phase_thread *st)
+{
+	return st->depth && !zernel_sync_kicks;
+}
+
 static __always_inline bool phase_may_change(const struct zernel_phase_thread *st,
 					     const struct task_ctx *tctx)
 {
-	return st->depth || phase_change_pending(st, tctx);
+	return phase_in_polled_sync(st) || phase_change_pending(st, tctx);
 }
 
 /*

@@ -9,9 +9,11 @@
  * in (an NCCL wait's end, a batch that came, a worker back from idling: probes.bpf.c, sched_kick;
  * sched_ext registers its general kfuncs for tracing programs). Their uprobes cannot: those
  * kfuncs are not registered for uprobes, and older kernels, 6.12 among them, refuse a bpf_timer in
- * them, which would let them start this object's timer (the VM tests' 7.3 does not refuse it). So
- * for the one change a uprobe makes in the middle of a run that matters, a GPU sync's return
- * (OptimizerStep), and for a change pending after a run began, the scheduler looks:
+ * them. Where the kernel allows it (the VM tests' 7.3), the probes kick for a sync's entry and
+ * return themselves, from a timer of their own (probes.bpf.c, SYNC KICKS; zernel_sync_kicks), and
+ * this timer is armed only for a change still pending when a followed thread starts to run. On the
+ * others, for the one change a uprobe makes in the middle of a run that matters, a GPU sync's
+ * return (OptimizerStep), and for a change pending after a run began, the scheduler looks:
  * ops.running of a followed thread (one of a decided process whose phase phase_follow applied)
  * that is inside a sync or has a change pending (phase_may_change) arms its CPU's timer
  * (phase_timers, pinned to the CPU), and so does ops.tick for a thread that entered a sync while
@@ -28,11 +30,12 @@
  * remains the fallback, at most a tick after a change: a sync that begins and returns within one
  * run and one tick waits for it.
  *
- * Cost, for followed threads only: a timer start when one in a sync (or with a change pending)
- * starts running on a CPU whose timer is stopped, a timer interrupt per period while such a thread
- * runs (4,000 a second on a CPU busy with a thread spinning in a sync; none while it runs outside
- * syncs: its launches, its optimizer step, a DataLoader worker's batch) plus one after each run
- * and each kick, and one extra pass through the scheduler per change applied by a kick. The timer
+ * Cost, for followed threads only (without the sync kicks; with them, only the pending case): a
+ * timer start when one in a sync (or with a change pending) starts running on a CPU whose timer
+ * is stopped, a timer interrupt per period while such a thread runs (4,000 a second on a CPU
+ * busy with a thread spinning in a sync; none while it runs outside syncs: its launches, its
+ * optimizer step, a DataLoader worker's batch) plus one after each run and each kick, and one
+ * extra pass through the scheduler per change applied by a kick. The timer
  * for the whole of each run (every followed thread, every period) was the version before; arming
  * it only after a sync or NCCL wakeup, for four periods, the one before that: the changes in the
  * middle of a run (a launch well after a data wait) then waited for the tick (docs/sched-ext.md,
@@ -94,11 +97,11 @@ static int phase_timer_fire(void *map, u32 *key, struct phase_timer *t)
 			idx = phase_index(st->phase);
 			if (!phase_change_pending(st, tctx)) {
 				/* Nothing new: look again while in a sync (phase_may_change). */
-				again = st->depth;
+				again = phase_in_polled_sync(st);
 			} else if (idx == tctx->applied_phase) {
 				/* Changed and changed back: nothing to apply (phase_follow's rule). */
 				tctx->seen_since_ns = st->since_ns;
-				again = st->depth;
+				again = phase_in_polled_sync(st);
 			} else {
 				/* One more look after the kick: it stops there unless in a sync. */
 				again = true;

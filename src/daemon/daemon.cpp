@@ -46,6 +46,7 @@ Daemon::Daemon(DaemonOptions opts, policy::Topology topo)
       backend_([this, settings = backend_settings(opts_.config)](std::string_view kind) {
         enforce::BackendSettings s = settings;
         s.phase_map_fd = phase_map_fd();  // probes open first (start)
+        s.phase_sync_kicks = s.phase_map_fd >= 0 && phase_sync_kicks();
         return enforce::make_backend(kind, s);
       }),
       discovery_(opts_.proc_root),

@@ -244,6 +244,7 @@ class Daemon final : private ControlHost {
   void commit_event_phase(std::uint32_t pid, policy::Phase phase, std::uint64_t at_ns);
   // The probes' per-thread phase map for the sched_ext scheduler; -1 without phases from events.
   [[nodiscard]] int phase_map_fd() const;
+  [[nodiscard]] bool phase_sync_kicks() const;
   // `zernel-scheduler trace` (trace_recording.cpp): the control request starts a recording
   // (nullopt: answered later) or refuses; every tick feeds it (drain_phase_events, decide) and
   // finish_trace answers its client once it is due, or drops it when the client has gone.

@@ -87,7 +87,8 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
                         {"phase_no_storage", p.phase_no_storage},
                         {"nccl_checks", p.nccl_checks},
                         {"nccl_checks_missed", p.nccl_missed},
-                        {"wake_unseen", p.wake_unseen}};
+                        {"wake_unseen", p.wake_unseen},
+                        {"sync_kicks", p.sync_kicks}};
     for (const std::string& line : table_full_.check(s.probe_counters)) spdlog::warn("{}", line);
   }
 #endif

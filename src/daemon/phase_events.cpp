@@ -165,6 +165,13 @@ int Daemon::phase_map_fd() const {
   return -1;
 }
 
+bool Daemon::phase_sync_kicks() const {
+#ifdef ZERNEL_HAVE_PROBES
+  if (phase_events_on_ && probes_) return probes_->sync_kicks();
+#endif
+  return false;
+}
+
 void Daemon::drain_phase_events() {
 #ifdef ZERNEL_HAVE_PROBES
   if (!phase_events_on_ || !probes_) return;

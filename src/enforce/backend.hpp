@@ -102,6 +102,7 @@ struct BackendSettings {
   std::uint32_t max_tasks = 0;            // [general] max_tracked_tasks (sched_ext map size)
   bool allow_unenforced_cpu_max = false;  // [sched_ext]
   int phase_map_fd = -1;  // the probes' per-thread phases (sched_ext follows them); -1: none
+  bool phase_sync_kicks = false;  // the probes kick for a GPU sync's phase changes themselves
 };
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,

@@ -6,20 +6,24 @@
 # no stall, the cap held, the daemon alive. The guest side is kubelet_guest.sh (its header has the
 # tree, the load and the checks); results are its "@@" lines. stress-ng is Debian's
 # (scripts/setup.sh), added to the guest with its libraries. KUBE_PODS, KUBE_STRESS_SECS, KUBE_BACKEND,
-# KUBE_MAX_WAKE_MS, KUBE_MAX_P90_MS, KUBE_CHURN_KEEP, KUBE_BEAT_US and KUBE_BPFSTATS are passed on
-# to the guest; with KUBE_BPFSTATS=1 bpftool (the build's) goes with them.
+# KUBE_MAX_WAKE_MS, KUBE_MAX_P90_MS, KUBE_CHURN_KEEP, KUBE_BEAT_US, KUBE_BPFSTATS and KUBE_SYNC_KICKS
+# are passed on to the guest; with KUBE_BPFSTATS=1 bpftool (the build's) goes with them.
 # shellcheck source=tests/vm/host-lib.sh
 . "$(dirname "$(realpath "$0")")/host-lib.sh"
 need_bin zernel-scheduler
 need_bin zernel-scx-probe -DZERNEL_BPF=ON
 stress=$(command -v stress-ng) || { echo "$test_name: no stress-ng (scripts/setup.sh installs it)" >&2; exit 1; }
+case ${KUBE_SYNC_KICKS:-1} in
+  0 | 1) ;;
+  *) echo "$test_name: KUBE_SYNC_KICKS must be 0 or 1" >&2; exit 2 ;;
+esac
 case ${KUBE_BEAT_US:-97000} in
   '' | *[!0-9]* | ?????????* | ? | ?? | ???)
     echo "$test_name: KUBE_BEAT_US must be a period in us from 1000 to 99999999" >&2; exit 2 ;;
 esac
 guest_env=()
 for v in KUBE_PODS KUBE_STRESS_SECS KUBE_MAX_WAKE_MS KUBE_MAX_P90_MS KUBE_CHURN_KEEP KUBE_BACKEND \
-  KUBE_BEAT_US KUBE_BPFSTATS; do
+  KUBE_BEAT_US KUBE_BPFSTATS KUBE_SYNC_KICKS; do
   [ -z "${!v:-}" ] || guest_env+=("$v=${!v}")
 done
 # Without -icount: with QEMU counting instructions the verifier's run at each attach and the

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <iterator>
@@ -72,6 +73,50 @@ bool kernel_has_uprobe_multi() {
   return found;
 }
 
+// Whether the kernel lets a uprobe (a kprobe-type program) use a map that holds a bpf_timer:
+// Linux 7.x does, 6.12 and older refuse ("tracing progs cannot use bpf_timer yet"). Probed with
+// a three-instruction program that loads such a map's address; the uprobes' _kick variants need
+// it (probes.bpf.c, SYNC KICKS). Any failure reads as no.
+bool kernel_allows_timer_in_uprobes() {
+  btf* b = btf__new_empty();
+  if (b == nullptr) return false;
+  const int u32_id = btf__add_int(b, "unsigned int", 4, 0);
+  const int u64_id = btf__add_int(b, "unsigned long long", 8, 0);
+  const int opaque_id = btf__add_array(b, u32_id, u64_id, 2);
+  const int timer_id = btf__add_struct(b, "bpf_timer", 16);
+  bool ok = u32_id > 0 && u64_id > 0 && opaque_id > 0 && timer_id > 0 &&
+            btf__add_field(b, "__opaque", opaque_id, 0, 0) == 0;
+  const int value_id = ok ? btf__add_struct(b, "zernel_timer_probe", 16) : -1;
+  ok = ok && value_id > 0 && btf__add_field(b, "timer", timer_id, 0, 0) == 0 &&
+       btf__load_into_kernel(b) == 0;
+  int map_fd = -1;
+  if (ok) {
+    bpf_map_create_opts mopts{};
+    mopts.sz = sizeof mopts;
+    mopts.btf_fd = static_cast<__u32>(btf__fd(b));
+    mopts.btf_key_type_id = static_cast<__u32>(u32_id);
+    mopts.btf_value_type_id = static_cast<__u32>(value_id);
+    map_fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "zernel_tprobe", 4, 16, 1, &mopts);
+  }
+  int prog_fd = -1;
+  if (map_fd >= 0) {
+    const bpf_insn insns[] = {
+        // r1 = the map (BPF_LD_MAP_FD: two instructions), r0 = 0, exit
+        {BPF_LD | BPF_DW | BPF_IMM, BPF_REG_1, BPF_PSEUDO_MAP_FD, 0, map_fd},
+        {0, 0, 0, 0, 0},
+        {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
+        {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
+    };
+    prog_fd = bpf_prog_load(BPF_PROG_TYPE_KPROBE, "zernel_tprobe", "GPL", insns,
+                            sizeof insns / sizeof insns[0], nullptr);
+  }
+  const bool allowed = prog_fd >= 0;
+  if (prog_fd >= 0) ::close(prog_fd);
+  if (map_fd >= 0) ::close(map_fd);
+  btf__free(b);
+  return allowed;
+}
+
 Error libbpf_error(const std::string& what, int err) {
   if (err < 0) err = -err;
   if (err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
@@ -106,7 +151,8 @@ constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
 // The phase rules run only with phases from events (and the ring is sized for them, else one
 // page); uprobes are multi-uprobe programs where the kernel has those, else plain (perf-event)
 // ones.
-void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool uprobe_multi) {
+void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool uprobe_multi,
+                        bool sync_kicks, int ncpus) {
   skel.rodata->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
   skel.rodata->zernel_idle_hyst_ns = o.idle_hysteresis_ns;
   skel.rodata->zernel_optimizer_max_ns = o.optimizer_max_ns;
@@ -118,10 +164,20 @@ void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool 
     (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events, o.phase_ring_bytes);
   }
   if (!uprobe_multi) {
-    for (bpf_program* p : {skel.progs.zernel_sync_enter, skel.progs.zernel_sync_return}) {
+    for (bpf_program* p : {skel.progs.zernel_sync_enter, skel.progs.zernel_sync_return,
+                           skel.progs.zernel_sync_enter_kick, skel.progs.zernel_sync_return_kick}) {
       (void)bpf_program__set_expected_attach_type(p, static_cast<bpf_attach_type>(0));
     }
   }
+  // One pair of sync programs is loaded: the _kick pair where the kernel allows it and phases
+  // come from events (probes.bpf.c, SYNC KICKS), else the plain one.
+  (void)bpf_program__set_autoload(skel.progs.zernel_sync_enter, !sync_kicks);
+  (void)bpf_program__set_autoload(skel.progs.zernel_sync_return, !sync_kicks);
+  (void)bpf_program__set_autoload(skel.progs.zernel_sync_enter_kick, sync_kicks);
+  (void)bpf_program__set_autoload(skel.progs.zernel_sync_return_kick, sync_kicks);
+  skel.rodata->zernel_sync_kick_on = sync_kicks ? 1 : 0;
+  (void)bpf_map__set_max_entries(skel.maps.zernel_sync_kicks,
+                                 static_cast<__u32>(std::max(ncpus, 1)));
 }
 
 // Destroys BPF links on a thread of its own: the kernel waits for an RCU grace period when a
@@ -186,6 +242,7 @@ class LinkReaper {
 struct GpuSyncProbes::Impl {
   probes_bpf* skel = nullptr;
   bool uprobe_multi = false;
+  bool sync_kicks = false;  // the _kick pair of sync programs is loaded (SYNC KICKS)
   // The programs that run for every task, attached while a process is followed.
   std::vector<bpf_link*> every_task_links;
   bool attached = false;
@@ -244,15 +301,29 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
   if (impl->ncpus <= 0) return libbpf_error(what + ": counting possible CPUs", impl->ncpus);
 
   impl->uprobe_multi = !options.perf_uprobes && kernel_has_uprobe_multi();
+  // Tests only: $ZERNEL_TEST_NO_SYNC_KICKS=1 loads the plain pair where the kernel allows the
+  // _kick one, so that the scheduler's polling fallback runs on such a kernel too.
+  const char* no_kicks = std::getenv("ZERNEL_TEST_NO_SYNC_KICKS");
+  const bool kicks_off = no_kicks != nullptr && std::string_view(no_kicks) == "1";
+  impl->sync_kicks = options.phase_events && !kicks_off && kernel_allows_timer_in_uprobes();
   impl->skel = probes_bpf__open();
   if (impl->skel == nullptr) return libbpf_error(what + ": opening probes.bpf.o", errno);
-  configure_programs(*impl->skel, options, impl->uprobe_multi);
+  configure_programs(*impl->skel, options, impl->uprobe_multi, impl->sync_kicks, impl->ncpus);
   if (const int err = probes_bpf__load(impl->skel); err != 0) {
     if (-err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
     return libbpf_error(what + " (the kernel rejected probes.bpf.o; libbpf's log has the reason)",
                         err);
   }
 
+  if (options.phase_events) {
+    spdlog::info(
+        impl->sync_kicks ? "GPU sync probes: a sync's phase changes are kicked for by the probes' "
+                           "timer (the kernel lets a uprobe use a bpf_timer)"
+        : kicks_off      ? "GPU sync probes: $ZERNEL_TEST_NO_SYNC_KICKS=1 (tests): the sched_ext "
+                           "scheduler's phase timer polls while a thread is in a sync"
+                         : "GPU sync probes: this kernel refuses a bpf_timer to uprobes; the "
+                           "sched_ext scheduler's phase timer polls while a thread is in a sync");
+  }
   std::unique_ptr<GpuSyncProbes> self(new GpuSyncProbes(std::move(impl), options));
   if (options.phase_events) {
     self->open_phase_events();
@@ -337,6 +408,8 @@ std::size_t GpuSyncProbes::followed() const { return followed_.size(); }
 bool GpuSyncProbes::attached() const { return impl_->attached; }
 bool GpuSyncProbes::uprobe_multi() const { return impl_->uprobe_multi; }
 void GpuSyncProbes::settle() { impl_->reaper.settle(); }
+
+bool GpuSyncProbes::sync_kicks() const { return impl_->sync_kicks && !phase_error_; }
 
 int GpuSyncProbes::phase_map_fd() const {
   return phase_error_ ? -1 : bpf_map__fd(impl_->skel->maps.zernel_phase_threads);
@@ -489,9 +562,11 @@ Result<bool> GpuSyncProbes::attach_library(std::uint32_t pid, const std::string&
   // thread would read as inside a sync for good (each later call then looks nested). A return
   // without its entry is harmless: it is counted as a miss and changes nothing.
   const char* failed = nullptr;
-  if (!attach(progs.zernel_sync_return, true)) {
+  bpf_program* enter = impl_->sync_kicks ? progs.zernel_sync_enter_kick : progs.zernel_sync_enter;
+  bpf_program* ret = impl_->sync_kicks ? progs.zernel_sync_return_kick : progs.zernel_sync_return;
+  if (!attach(ret, true)) {
     failed = "uretprobes";
-  } else if (!attach(progs.zernel_sync_enter, false)) {
+  } else if (!attach(enter, false)) {
     failed = "uprobes";
   }
   if (failed != nullptr) {
@@ -695,6 +770,7 @@ ProbeStats GpuSyncProbes::stats() const {
   st.nccl_checks = sum[ZERNEL_PROBE_STAT_NCCL_CHECK];
   st.nccl_missed = sum[ZERNEL_PROBE_STAT_NCCL_CHECK_MISSED];
   st.wake_unseen = sum[ZERNEL_PROBE_STAT_WAKE_UNSEEN];
+  st.sync_kicks = sum[ZERNEL_PROBE_STAT_SYNC_KICK];
   st.unsent_failed = sum[ZERNEL_PROBE_STAT_UNSENT_FAILED];
   st.phase_recovered = phase_events_recovered_;
   return st;

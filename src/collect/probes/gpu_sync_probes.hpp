@@ -97,6 +97,7 @@ struct ProbeStats {
   std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
   std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
   std::uint64_t wake_unseen = 0;        // returns from a sleep seen at the next switch-out
+  std::uint64_t sync_kicks = 0;  // CPU kicks for a sync's phase change (probes.bpf.c, SYNC KICKS)
 };
 
 // Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").
@@ -209,6 +210,9 @@ class GpuSyncProbes {
   // The per-thread phase map (task storage), for the sched_ext scheduler to share; -1 when
   // phases from events are off.
   [[nodiscard]] int phase_map_fd() const;
+  // Whether a GPU sync's entry and return kick the sched_ext scheduler for their phase change
+  // themselves (probes.bpf.c, SYNC KICKS): the kernel lets a uprobe start a bpf_timer.
+  [[nodiscard]] bool sync_kicks() const;
   [[nodiscard]] const std::optional<Error>& phase_events_error() const { return phase_error_; }
 
   [[nodiscard]] bool has_futex() const { return !futex_error_.has_value(); }

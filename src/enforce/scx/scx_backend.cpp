@@ -242,6 +242,7 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   const auto policies = phase_policies();
   opts.phase_map_fd = options.phase_map_fd;
   opts.phase_policy = options.phase_map_fd >= 0 ? policies.data() : nullptr;
+  opts.phase_sync_kicks = options.phase_sync_kicks ? 1U : 0U;
 
   char err[512] = "";
   ::zernel_scx* handle = nullptr;

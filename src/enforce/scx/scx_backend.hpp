@@ -58,6 +58,9 @@ struct Options {
   // Phases of threads: the GPU sync probes' per-thread phase map (phases from events), whose
   // phases the scheduler then applies at each wakeup and enqueue; -1: decisions only.
   int phase_map_fd = -1;
+  // The probes kick the CPU for a GPU sync's entry and return themselves (GpuSyncProbes::
+  // sync_kicks()): the scheduler's phase timer then does not poll while a thread is in a sync.
+  bool phase_sync_kicks = false;
   std::filesystem::path sys_root = "/sys";
   std::filesystem::path proc_root = "/proc";
   // Where the kernel's config-<release> is looked for (its CONFIG_HZ: the tick, see bpf/).

@@ -232,6 +232,7 @@ static int apply_scx_open_opts(struct zernel_scx *s, const struct zernel_scx_ope
 		for (unsigned int i = 0; i <= ZERNEL_PHASE_NR; i++)
 			s->skel->rodata->zernel_phase_policy[i] = opts->phase_policy[i];
 		s->skel->rodata->zernel_follow_phases = 1;
+		s->skel->rodata->zernel_sync_kicks = opts->phase_sync_kicks ? 1 : 0;
 	}
 	return 0;
 }

@@ -38,6 +38,8 @@ struct zernel_scx_open_opts {
 	 * each phase (ZERNEL_PHASE_NR + 1 entries); -1 / NULL: threads follow their decision. */
 	int phase_map_fd;
 	const struct zernel_phase_policy *phase_policy;
+	/* 1: the probes kick for a GPU sync's phase changes (their SYNC KICKS): no polling. */
+	__u32 phase_sync_kicks;
 	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
 	void (*log)(int level, const char *msg);
 };

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -784,6 +786,51 @@ TEST(ProbesWhoPays, attach_nothing_while_no_process_is_followed) {
   (void)probes.untrack(child.upid());
   EXPECT_TRUE(eventually([&] { return links_running(progs) == 0; }))
       << links_running(progs) << " links left after the last followed process was forgotten";
+}
+
+// The sync kicks (bpf/probes.bpf.c, SYNC KICKS) need phases from events and a kernel that lets a
+// uprobe use a bpf_timer; $ZERNEL_TEST_NO_SYNC_KICKS=1 turns them off for tests. Whichever pair of
+// sync programs is loaded, the GPU probes attach and count a sync.
+TEST(ProbesSyncKicks, only_with_phases_from_events_and_off_under_the_test_switch) {
+  if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
+  GpuSyncProbes::Options plain;
+  auto r = GpuSyncProbes::open(plain);
+  if (!r) GTEST_SKIP() << r.error().message();
+  EXPECT_FALSE(r.value()->sync_kicks()) << "sync kicks without phases from events";
+
+  ASSERT_EQ(::setenv("ZERNEL_TEST_NO_SYNC_KICKS", "1", 1), 0);
+  GpuSyncProbes::Options events;
+  events.phase_events = true;
+  auto off = GpuSyncProbes::open(events);
+  ::unsetenv("ZERNEL_TEST_NO_SYNC_KICKS");
+  ASSERT_TRUE(off.ok()) << off.error().message();
+  EXPECT_FALSE(off.value()->sync_kicks()) << "$ZERNEL_TEST_NO_SYNC_KICKS=1 ignored";
+  EXPECT_TRUE(off.value()->has_phase_events());
+
+  auto on = GpuSyncProbes::open(events);
+  ASSERT_TRUE(on.ok()) << on.error().message();
+  utsname u{};
+  ASSERT_EQ(::uname(&u), 0);
+  if (std::atoi(u.release) >= 7) {
+    EXPECT_TRUE(on.value()->sync_kicks()) << "Linux " << u.release << " allows them";
+  }
+  EmulatedGpu gpu;
+  for (GpuSyncProbes* probes : {off.value().get(), on.value().get()}) {
+    Child child(sync_loop_child);
+    ASSERT_EQ(child.expect(), 'L');
+    auto attached = probes->attach_process_libraries(child.upid());
+    ASSERT_TRUE(attached.ok()) << attached.error().message();
+    ASSERT_TRUE(probes->set_phase_role(child.upid(), PhaseRole::rank).ok());
+    const ProbeStats before = probes->stats();
+    ASSERT_TRUE(child.send('G'));
+    ASSERT_EQ(child.expect(), 'd');
+    const ProbeStats after = probes->stats();
+    EXPECT_EQ(after.sync_enter - before.sync_enter, kLoopCalls) << probes->sync_kicks();
+    EXPECT_EQ(after.sync_return - before.sync_return, kLoopCalls) << probes->sync_kicks();
+    // No scheduler follows the thread here (no sched_ext): nothing is kicked.
+    EXPECT_EQ(after.sync_kicks, 0U);
+    probes->forget(child.upid());
+  }
 }
 
 // `perf_uprobes`: with one perf link per function (kernels before 6.6) instead of multi-uprobe
