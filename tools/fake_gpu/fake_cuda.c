@@ -7,7 +7,10 @@
  * unregisters it, and a process that dies without either is pruned by the readers. zfgEnqueueWork
  * queues device time and returns at once, like a kernel launch; cuStreamSynchronize,
  * cuEventSynchronize and cuCtxSynchronize sleep (clock_nanosleep, CLOCK_MONOTONIC, absolute)
- * until the work they wait for has finished, like the driver's blocking sync.
+ * until the work they wait for has finished, like the driver's blocking sync; in a context whose
+ * scheduling flags are CU_CTX_SCHED_SPIN (cuDevicePrimaryCtxSetFlags, cuCtxCreate), they spin on
+ * the clock instead, like the driver's spin-wait (its default while a process's threads do not
+ * outnumber the CPUs). Other flags (auto, yield, blocking sync) sleep.
  *
  * Those three are exported, never inlined and really block inside themselves, because the
  * scheduler's BPF uprobes attach to them by symbol in the library the process maps, exactly as
@@ -62,6 +65,11 @@ enum {
   CUDA_ERROR_UNKNOWN = 999,
 };
 
+enum { /* a context's scheduling flags (the driver's CUctx_flags) */
+       CU_CTX_SCHED_SPIN = 0x01,
+       CU_CTX_SCHED_MASK = 0x07,
+};
+
 #define ZFG_DRIVER_VERSION 12040 /* CUDA 12.4 */
 
 /* Prototypes of the exported API (definitions below are checked against them). */
@@ -110,6 +118,7 @@ struct CUctx_st {
   int active; /* a primary context is active while retained */
   uint32_t primary_refs;
   uint64_t last_end_ns; /* end of the last work queued in this context */
+  int spin;             /* 1: its syncs spin (CU_CTX_SCHED_SPIN), else they sleep */
   struct CUstream_st default_stream;
   struct CUctx_st* next; /* created contexts only */
 };
@@ -126,6 +135,7 @@ static struct zfg_shm* g_shm;
 static int g_initialized;
 static int32_t g_pid; /* the process whose contexts are registered */
 static struct CUctx_st g_primary[ZFG_MAX_DEVICES];
+static int g_primary_spin[ZFG_MAX_DEVICES]; /* cuDevicePrimaryCtxSetFlags: CU_CTX_SCHED_SPIN */
 static struct CUctx_st* g_contexts;
 static struct CUstream_st* g_streams;
 static struct CUevent_st* g_events;
@@ -233,6 +243,7 @@ static void free_all(void) {
     free(e);
   }
   memset(g_primary, 0, sizeof(g_primary));
+  memset(g_primary_spin, 0, sizeof(g_primary_spin));
 }
 
 /* ---- fork: the child holds no context (its pid differs; the parent's stay the parent's) ---- */
@@ -265,10 +276,22 @@ __attribute__((destructor)) static void fake_cuda_fini(void) {
   pthread_mutex_unlock(&g_mutex);
 }
 
-/* Sleeps until `end_ns` unless it has passed. Called without g_mutex. */
-static void wait_for(uint64_t end_ns) {
-  if (end_ns > zfg_now_ns()) zfg_sleep_until(end_ns);
+/* Waits until `end_ns` unless it has passed: spinning on the clock (`spin`) or asleep. Called
+ * without g_mutex. */
+static void wait_for(uint64_t end_ns, int spin) {
+  if (!spin) {
+    if (end_ns > zfg_now_ns()) zfg_sleep_until(end_ns);
+    return;
+  }
+  while (zfg_now_ns() < end_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
 }
+
+/* Whether `flags` (a context's CU_CTX_SCHED_* bits) ask for spin-waits. */
+static int spins(unsigned int flags) { return (flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_SPIN; }
 
 /* ---- initialisation and devices ---- */
 
@@ -349,7 +372,10 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
     struct CUctx_st* c = &g_primary[dev];
     if (c->primary_refs == 0) {
       rc = register_on_device((uint32_t)dev);
-      if (rc == CUDA_SUCCESS) init_context(c, (uint32_t)dev, 1);
+      if (rc == CUDA_SUCCESS) {
+        init_context(c, (uint32_t)dev, 1);
+        c->spin = g_primary_spin[dev];
+      }
     }
     if (rc == CUDA_SUCCESS) {
       c->primary_refs++;
@@ -380,9 +406,12 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
-  (void)flags; /* scheduling flags (spin, yield, blocking sync): the emulation always sleeps */
   pthread_mutex_lock(&g_mutex);
   CUresult rc = check_device(dev);
+  if (rc == CUDA_SUCCESS) { /* for its next activation, and the active one at once */
+    g_primary_spin[dev] = spins(flags);
+    g_primary[dev].spin = g_primary_spin[dev];
+  }
   pthread_mutex_unlock(&g_mutex);
   return rc;
 }
@@ -392,7 +421,6 @@ CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
 }
 
 CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  (void)flags; /* scheduling flags change nothing in the emulation */
   if (pctx == NULL) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&g_mutex);
   CUresult rc = check_device(dev);
@@ -404,6 +432,7 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   if (rc == CUDA_SUCCESS) rc = register_on_device((uint32_t)dev);
   if (rc == CUDA_SUCCESS) {
     init_context(c, (uint32_t)dev, 0);
+    c->spin = spins(flags);
     c->next = g_contexts;
     g_contexts = c;
     t_current = c;
@@ -474,9 +503,10 @@ CUresult cuCtxSynchronize(void) {
   pthread_mutex_lock(&g_mutex);
   struct CUctx_st* c = current_ctx();
   const uint64_t end = c != NULL ? c->last_end_ns : 0;
+  const int spin = c != NULL && c->spin;
   pthread_mutex_unlock(&g_mutex);
   if (c == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  wait_for(end);
+  wait_for(end, spin);
   return CUDA_SUCCESS;
 }
 
@@ -524,9 +554,10 @@ CUresult cuStreamSynchronize(CUstream stream) {
   CUresult rc = CUDA_SUCCESS;
   struct CUstream_st* s = resolve_stream(stream, &rc);
   const uint64_t end = s != NULL ? s->last_end_ns : 0;
+  const int spin = s != NULL && s->ctx != NULL && s->ctx->spin;
   pthread_mutex_unlock(&g_mutex);
   if (s == NULL) return rc;
-  wait_for(end);
+  wait_for(end, spin);
   return CUDA_SUCCESS;
 }
 
@@ -580,9 +611,11 @@ CUresult cuEventSynchronize(CUevent event) {
   pthread_mutex_lock(&g_mutex);
   const int live = event_is_live(event);
   const uint64_t end = live && event->recorded ? event->time_ns : 0;
+  struct CUctx_st* c = current_ctx(); /* events keep no context: the calling thread's */
+  const int spin = c != NULL && c->spin;
   pthread_mutex_unlock(&g_mutex);
   if (!live) return CUDA_ERROR_INVALID_HANDLE;
-  wait_for(end);
+  wait_for(end, spin);
   return CUDA_SUCCESS;
 }
 

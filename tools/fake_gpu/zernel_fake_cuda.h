@@ -16,7 +16,9 @@
  * the stream's device (work on a device runs back to back, so it starts when the device's queue
  * drains) and returns at once, as a kernel launch does. The synchronisation calls block until the
  * relevant work has finished (a stream's, an event's recorded point, or the whole context's),
- * sleeping rather than spinning, as the real driver's blocking sync does. Each finished piece of
+ * sleeping, as the real driver's blocking sync does, or spinning on the clock in a context made
+ * with CU_CTX_SCHED_SPIN (0x01; cuDevicePrimaryCtxSetFlags before or while the primary context
+ * is active, or cuCtxCreate's flags), as its spin-wait does. Each finished piece of
  * work is recorded as a busy interval (CLOCK_MONOTONIC start/end ns, pid) in shared memory, from
  * which the fake NVML derives utilisation per device and per process.
  *

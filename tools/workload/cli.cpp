@@ -84,6 +84,10 @@ int run_cli(int argc, char** argv) {
   app.add_option("--prefetch-factor", job.prefetch_factor, "Batches queued ahead per worker")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_flag("--sync-spin", job.sync_spin,
+               "Each rank's GPU syncs spin on a CPU until the GPU is done (CU_CTX_SCHED_SPIN, the "
+               "driver's default while a process's threads do not outnumber the CPUs) instead of "
+               "sleeping (CU_CTX_SCHED_BLOCKING_SYNC, the default here)");
   app.add_option("--batch-kib", job.batch_kib, "Bytes read from the dataset per batch (KiB)")
       ->check(CLI::Range(4, 1024 * 1024))
       ->capture_default_str();

@@ -23,6 +23,7 @@ using CUmodule = void*;
 using CUfunction = void*;
 
 constexpr CUresult kCudaSuccess = 0;
+constexpr unsigned kCtxSchedSpin = 0x01;
 constexpr unsigned kCtxSchedBlockingSync = 0x04;
 
 // A one-thread kernel that spins on the GPU's global nanosecond timer until `duration_ns` has
@@ -126,10 +127,10 @@ Gpu::~Gpu() {
   // The library stays loaded: a driver may have threads running in it until the process exits.
 }
 
-Result<std::unique_ptr<Gpu>> Gpu::open(const GpuLibrary& lib, int rank) {
+Result<std::unique_ptr<Gpu>> Gpu::open(const GpuLibrary& lib, int rank, bool spin) {
   std::unique_ptr<Gpu> gpu(new Gpu());
   if (auto r = gpu->load(lib); !r) return r.error();
-  if (auto r = gpu->init(rank); !r) return r.error();
+  if (auto r = gpu->init(rank, spin); !r) return r.error();
   return gpu;
 }
 
@@ -201,7 +202,7 @@ std::string Gpu::describe(int rc, const char* call) const {
   return fmt::format("{} failed: {} ({})", call, name != nullptr ? name : "CUDA error", rc);
 }
 
-Result<void> Gpu::init(int rank) {
+Result<void> Gpu::init(int rank, bool spin) {
   const Api& a = *api_;
   if (int rc = a.init(0); rc != kCudaSuccess) return Error(EIO, describe(rc, "cuInit"));
   if (int rc = a.device_get_count(&device_count_); rc != kCudaSuccess) {
@@ -214,7 +215,7 @@ Result<void> Gpu::init(int rank) {
   }
   if (a.primary_ctx_set_flags != nullptr) {
     // Fails harmlessly when the context is already active with other flags.
-    (void)a.primary_ctx_set_flags(device_, kCtxSchedBlockingSync);
+    (void)a.primary_ctx_set_flags(device_, spin ? kCtxSchedSpin : kCtxSchedBlockingSync);
   }
   CUcontext ctx = nullptr;
   if (int rc = a.primary_ctx_retain(&ctx, device_); rc != kCudaSuccess) {

@@ -37,9 +37,10 @@ class Gpu {
   ~Gpu();
 
   // Loads the library, initialises the driver, makes the primary context of device
-  // `rank % device_count` current and creates one stream. Call it after forking the DataLoader
-  // workers: CUDA may not be used across fork(), and the workers must hold no context.
-  static Result<std::unique_ptr<Gpu>> open(const GpuLibrary& lib, int rank);
+  // `rank % device_count` current, its syncs spinning (`spin`) or blocking, and creates one
+  // stream. Call it after forking the DataLoader workers: CUDA may not be used across fork(),
+  // and the workers must hold no context.
+  static Result<std::unique_ptr<Gpu>> open(const GpuLibrary& lib, int rank, bool spin = false);
 
   [[nodiscard]] int device() const { return device_; }
   [[nodiscard]] int device_count() const { return device_count_; }
@@ -55,7 +56,7 @@ class Gpu {
   struct Api;
   Gpu();
   Result<void> load(const GpuLibrary& lib);
-  Result<void> init(int rank);
+  Result<void> init(int rank, bool spin);
   [[nodiscard]] std::string describe(int rc, const char* call) const;
 
   void* handle_ = nullptr;

@@ -30,6 +30,7 @@ struct JobOptions {
   std::string truth_log;         // empty = none
   std::string step_log;          // empty = none; per-step times as JSON lines, written at the end
   bool emulated_gpu = false;
+  bool sync_spin = false;   // GPU syncs spin (CU_CTX_SCHED_SPIN) instead of sleeping
   bool helpers = false;     // each rank's helper threads (helpers.hpp)
   bool pin_memory = false;  // each rank's pin-memory thread (pin_memory.hpp); needs workers
 };

@@ -308,7 +308,7 @@ int run_rank(const RankSetup& s) {
     }
   }
   if (code == kExitOk) {
-    auto gpu = Gpu::open(s.gpu, s.rank);
+    auto gpu = Gpu::open(s.gpu, s.rank, s.opts->sync_spin);
     auto comm = NcclComm::attach(s.nccl_name, s.opts->ranks);
     std::unique_ptr<Helpers> helpers;
     if (gpu && comm && s.opts->helpers) {

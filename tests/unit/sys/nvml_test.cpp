@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -415,6 +416,39 @@ TEST(Nvml, a_gpu_that_gained_many_processes_since_the_last_list_lists_them_all) 
   EXPECT_EQ(after->size(), kChildren / 2);
   for (std::size_t i = kChildren / 2; i < kChildren; ++i) {
     EXPECT_TRUE(lists(*after, static_cast<std::uint32_t>(children[i]->pid()), 2));
+  }
+}
+
+// CPU time this thread has used, in ms.
+double thread_cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+// A context made with CU_CTX_SCHED_SPIN (0x01) spins on the CPU in its syncs, as the driver's
+// spin-wait does (zernel-workload --sync-spin); with blocking sync (0x04) it sleeps.
+TEST(Nvml, a_spin_context_spins_in_its_syncs_a_blocking_one_sleeps) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu;
+  Cuda cuda;
+  ASSERT_TRUE(cuda.ok()) << dlerror();
+  ASSERT_EQ(cuda.init(0), kCudaSuccess);
+  for (const unsigned flags : {0x01U, 0x04U}) {
+    void* ctx = nullptr;
+    ASSERT_EQ(cuda.ctx_create(&ctx, flags, 0), kCudaSuccess);
+    const auto t0 = Clock::now();
+    const double cpu0 = thread_cpu_ms();
+    ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
+    ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
+    const double cpu = thread_cpu_ms() - cpu0;
+    EXPECT_GE(ms_since(t0), 50);
+    if (flags == 0x01U) {
+      EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
+    } else {
+      EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
+    }
+    ASSERT_EQ(cuda.ctx_destroy(ctx), kCudaSuccess);
   }
 }
 
