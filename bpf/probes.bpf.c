@@ -659,9 +659,9 @@ static __always_inline void sched_kick(struct zernel_phase_thread *st)
  * since (its nvcsw + nivcsw), when the scheduler follows it and it is not kicked already; else
  * the switch or the kick that happened has applied the change.
  *
- * Only where the kernel lets a uprobe use a bpf_timer (Linux 7.x: check_map_prog_compatibility
- * keeps the refusal for spin locks, lists and trees; 6.12 and older answer "tracing progs cannot
- * use bpf_timer yet"): the loader probes for that and then loads the uprobes' _kick variants
+ * Only where the kernel lets a uprobe use a bpf_timer (the VM tests' 7.3, whose
+ * check_map_prog_compatibility keeps the refusal for spin locks, lists and trees; 6.12, and the
+ * development host's 6.18, answer "tracing progs cannot use bpf_timer yet"): the loader probes for that and then loads the uprobes' _kick variants
  * (zernel_sync_kick_on); elsewhere the scheduler's phase timer polls while a followed thread is
  * inside a sync (its phase_timer.bpf.h), and the timer here is never set up or started.
  *
@@ -689,7 +689,7 @@ struct {
 	__uint(max_entries, 1); /* one per possible CPU: the loader sizes it */
 	__type(key, __u32);
 	__type(value, struct zernel_sync_kick);
-} zernel_sync_kicks SEC(".maps");
+} zernel_sync_kick_timers SEC(".maps");
 
 /* 1: the uprobes' _kick variants are loaded (the loader's probe said the kernel allows them). */
 const volatile __u8 zernel_sync_kick_on = 0;
@@ -725,10 +725,10 @@ static __always_inline void sync_kick_ready(void)
 	struct zernel_sync_kick *k;
 	long ret;
 
-	k = bpf_map_lookup_elem(&zernel_sync_kicks, &cpu);
+	k = bpf_map_lookup_elem(&zernel_sync_kick_timers, &cpu);
 	if (!k || k->ready)
 		return;
-	ret = bpf_timer_init(&k->timer, &zernel_sync_kicks, CLOCK_MONOTONIC);
+	ret = bpf_timer_init(&k->timer, &zernel_sync_kick_timers, CLOCK_MONOTONIC);
 	if (ret && ret != -EBUSY)
 		return;
 	if (!bpf_timer_set_callback(&k->timer, sync_kick_fire))
@@ -744,7 +744,7 @@ static __always_inline void sync_kick_later(struct zernel_phase_thread *st, __u6
 
 	if (!st || !st->sched_follows)
 		return;
-	k = bpf_map_lookup_elem(&zernel_sync_kicks, &cpu);
+	k = bpf_map_lookup_elem(&zernel_sync_kick_timers, &cpu);
 	if (!k || !k->ready)
 		return;
 	task = bpf_get_current_task_btf();
