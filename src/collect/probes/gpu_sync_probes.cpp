@@ -101,9 +101,10 @@ bool kernel_allows_timer_in_uprobes() {
   }
   int prog_fd = -1;
   if (map_fd >= 0) {
+    constexpr __u8 kLoadImm64 = 0x18;  // BPF_LD | BPF_IMM | BPF_DW (BPF_LD and BPF_IMM are 0)
     const bpf_insn insns[] = {
         // r1 = the map (BPF_LD_MAP_FD: two instructions), r0 = 0, exit
-        {BPF_LD | BPF_DW | BPF_IMM, BPF_REG_1, BPF_PSEUDO_MAP_FD, 0, map_fd},
+        {kLoadImm64, BPF_REG_1, BPF_PSEUDO_MAP_FD, 0, map_fd},
         {0, 0, 0, 0, 0},
         {BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0},
         {BPF_JMP | BPF_EXIT, 0, 0, 0, 0},
