@@ -45,6 +45,7 @@ using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, the emulated GPU's
 constexpr int kCudaSuccess = 0;
 constexpr int kCudaErrorInvalidContext = 201;
 constexpr int kCudaErrorInvalidHandle = 400;
+constexpr int kCudaErrorInvalidDevice = 101;
 constexpr int kCudaErrorNotReady = 600;
 constexpr std::uint64_t kMs = 1'000'000;
 
@@ -78,6 +79,7 @@ struct Cuda {
   int (*ctx_synchronize)() = nullptr;
   int (*primary_retain)(Handle*, int) = nullptr;
   int (*primary_release)(int) = nullptr;
+  int (*primary_set_flags)(int, unsigned) = nullptr;
   int (*stream_create)(Handle*, unsigned) = nullptr;
   int (*stream_destroy)(Handle) = nullptr;
   int (*stream_synchronize)(Handle) = nullptr;
@@ -99,6 +101,7 @@ struct Cuda {
     sym("cuCtxSynchronize", ctx_synchronize);
     sym("cuDevicePrimaryCtxRetain", primary_retain);
     sym("cuDevicePrimaryCtxRelease_v2", primary_release);
+    sym("cuDevicePrimaryCtxSetFlags_v2", primary_set_flags);
     sym("cuStreamCreate", stream_create);
     sym("cuStreamDestroy_v2", stream_destroy);
     sym("cuStreamSynchronize", stream_synchronize);
@@ -450,6 +453,38 @@ TEST(Nvml, a_spin_context_spins_in_its_syncs_a_blocking_one_sleeps) {
     }
     ASSERT_EQ(cuda.ctx_destroy(ctx), kCudaSuccess);
   }
+}
+
+// The same through the primary context, as PyTorch uses it: cuDevicePrimaryCtxSetFlags before the
+// context is retained (zernel-workload --sync-spin), and again while it is active.
+TEST(Nvml, the_primary_context_spins_in_its_syncs_after_set_flags_spin) {
+  REQUIRE_FAKE_GPU();
+  EmulatedGpu gpu;
+  Cuda cuda;
+  ASSERT_TRUE(cuda.ok()) << dlerror();
+  ASSERT_EQ(cuda.init(0), kCudaSuccess);
+  ASSERT_EQ(cuda.primary_set_flags(0, 0x01U), kCudaSuccess);
+  void* ctx = nullptr;
+  ASSERT_EQ(cuda.primary_retain(&ctx, 0), kCudaSuccess);
+  ASSERT_EQ(cuda.ctx_set_current(ctx), kCudaSuccess);
+  for (const unsigned flags : {0x01U, 0x04U}) {
+    if (flags != 0x01U) {
+      ASSERT_EQ(cuda.primary_set_flags(0, flags), kCudaSuccess);
+    }
+    const auto t0 = Clock::now();
+    const double cpu0 = thread_cpu_ms();
+    ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
+    ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
+    const double cpu = thread_cpu_ms() - cpu0;
+    EXPECT_GE(ms_since(t0), 50);
+    if (flags == 0x01U) {
+      EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
+    } else {
+      EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
+    }
+  }
+  EXPECT_EQ(cuda.primary_set_flags(99, 0x01U), kCudaErrorInvalidDevice);
+  ASSERT_EQ(cuda.primary_release(0), kCudaSuccess);
 }
 
 TEST(Nvml, synchronisation_blocks_until_the_queued_work_is_done) {
