@@ -78,15 +78,19 @@ enum zernel_weights {
 
 /* Time defaults (ns). Enum constants must fit an int: the 64-bit ones are multiples of 1 us. */
 enum zernel_times_us {
-	ZERNEL_SLICE_DFL_US = 20000,	  /* slice of a task with no decision or slice_ns 0: 20 ms */
-	ZERNEL_SLICE_MIN_US = 100,	  /* slices are clamped to 100 us .. 1 s */
+	ZERNEL_SLICE_DFL_US = 20000, /* slice of a decision with slice_ns 0: 20 ms */
+	/* Slice of a task with no decision (the rest of the node): 3 ms, EEVDF's base slice on a
+	 * node of 8 CPUs or more. With 20 ms a CPU hog held a CPU that long while a followed thread
+	 * that needs a CPU without waking (spinning in a GPU sync) waited (docs/sched-ext.md). */
+	ZERNEL_SLICE_UNDECIDED_US = 3000,
+	ZERNEL_SLICE_MIN_US = 100, /* slices are clamped to 100 us .. 1 s */
 	ZERNEL_SLICE_MAX_US = 1000000,
 	/* Starvation bound: a task queued longer than this is dispatched before anything else.
 	 * 50 x the default slice (1 s): above the longest wait that honest weighting makes in the
 	 * policy's range (a priority -5 hog next to a priority +10 hog waits ~0.6 s), well under
 	 * the sched_ext watchdog (30 s). A load-time knob (rodata starve_ns) may change it. */
 	ZERNEL_STARVE_DFL_US = 1000000,
-	ZERNEL_STARVE_SCAN_US = 100000,	  /* how often the BPF timer scans for starved tasks */
+	ZERNEL_STARVE_SCAN_US = 100000, /* how often the BPF timer scans for starved tasks */
 };
 
 /* zernel_decision.flags */

@@ -6,7 +6,7 @@
  * zernel_decisions: a weight (priority), a time slice (phase), a latency target, whether a
  * wakeup may preempt, a preferred CPU and NUMA node, and a tenant. Every thread of the process
  * follows it, from a copy in its task storage. A task with no decision is scheduled like any
- * other task, with the weight of its nice value.
+ * other task, with the weight of its nice value and a 3 ms slice (ZERNEL_SLICE_UNDECIDED_US).
  *
  * ALGORITHM: weighted virtual time over a flattened share hierarchy, one queue per LLC. Each
  * runnable thread has a share of the machine, from the cgroup tree (cpu.weight, level by level),
@@ -117,7 +117,7 @@ struct {
 s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	u64 slice = SLICE_DFL_NS;
+	u64 slice = SLICE_UNDECIDED_NS;
 	bool is_idle = false;
 	s32 cpu;
 
@@ -165,7 +165,8 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 
 	if (!tctx) {
 		/* Not initialised (cannot happen after init_task); keep it running. */
-		scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), SLICE_DFL_NS, *front_of(llc), enq_flags);
+		scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), SLICE_UNDECIDED_NS, *front_of(llc),
+					 enq_flags);
 		llc_mark_waiting(llc);
 		stat_inc(ZERNEL_STAT_UNDECIDED);
 		stat_inc(ZERNEL_STAT_GLOBAL);
@@ -443,7 +444,7 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->decision_gen = ~0ULL;
 	tctx->weight = 0;
 	tctx->tenant_weight = ZERNEL_TENANT_WEIGHT_DFL;
-	tctx->slice_ns = SLICE_DFL_NS;
+	tctx->slice_ns = SLICE_UNDECIDED_NS;
 	tctx->preferred_cpu = ZERNEL_NO_CPU;
 	tctx->preferred_node = ZERNEL_NO_CPU;
 	tctx->tenant = ZERNEL_NO_TENANT;

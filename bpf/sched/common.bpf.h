@@ -43,6 +43,7 @@ enum {
 };
 
 #define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
+#define SLICE_UNDECIDED_NS ((u64)ZERNEL_SLICE_UNDECIDED_US * 1000)
 #define SLICE_MIN_NS ((u64)ZERNEL_SLICE_MIN_US * 1000)
 #define SLICE_MAX_NS ((u64)ZERNEL_SLICE_MAX_US * 1000)
 /* Fixed point of shares: FP_ONE is the whole machine. */

@@ -33,7 +33,7 @@ struct task_ctx {
 	struct zernel_task_ctx pub;
 	u64 decision_gen;   /* its process's slot generation the decision below was read at
 			     * (decision.bpf.h); ~0 = never */
-	u64 slice_ns;	    /* ns: the decision's slice, clamped; SLICE_DFL_NS without one */
+	u64 slice_ns;	    /* ns: the decision's slice, clamped; SLICE_UNDECIDED_NS without one */
 	u64 latency_ns;	    /* ns: latency target; 0 = none */
 	u64 cgroup_node;    /* node id of its cgroup (0 = the root cgroup): ops.cgroup_move */
 	u64 joined_node;    /* node id it is counted in while runnable (valid when joined) */

@@ -577,6 +577,15 @@ hogs() {
     i=$((i + 1))
   done
 }
+# runs PIDS...: their CPU time (ns) in run_ns and their runs on a CPU in run_n, summed
+# (/proc/PID/schedstat).
+runs() {
+  run_ns=0 run_n=0
+  for _p in "$@"; do
+    read -r _a _b _c < "/proc/$_p/schedstat"
+    run_ns=$((run_ns + _a)) run_n=$((run_n + _c))
+  done
+}
 # start_driver_paused PIDS -- ARGS...: start_driver with the hogs PIDS stopped (SIGSTOP) until the
 # scheduler is enabled. Loading beside running hogs gives the verifier 1/(hogs+1) of the CPUs:
 # 22-37 s under TCG on a busy CI host, where hogs started before it ran out of time (60 s of
@@ -661,9 +670,18 @@ share_cgroups() {
   cg z_w100 100; hogs $((3 * k)) z_w100; b=$pids
   all="$a $b"
   sleep 1
+  runs $a $b; ns0=$run_ns n0=$run_n
   ratio "cgroups cpu.weight 300:100, $((3 * k)) hogs each, $(nproc) CPUs" \
     "$(ideal 300 $((3 * k)) 100 $((3 * k)))" 5 "$secs" \
     $a -- $b
+  # A thread without a decision runs in 3 ms slices (ZERNEL_SLICE_UNDECIDED_US; the tick after
+  # them ends them: 4 ms at HZ=250), as EEVDF's base slice, not 20 ms: between two switches a hog
+  # ran 4.2 ms on average with them, 24 ms before (2026-12-06).
+  runs $a $b
+  n=$((run_n - n0))
+  per=$(((run_ns - ns0) / (n > 0 ? n : 1) / 1000))
+  msg="threads without a decision: $n runs of the hogs, $((per / 1000)).$(printf %03d $((per % 1000))) ms each on average"
+  if [ "$per" -le 8000 ]; then ok "$msg (at most 8 ms)"; else bad "$msg (want at most 8 ms)"; fi
   stop_all cgroups
 }
 
