@@ -429,6 +429,22 @@ double thread_cpu_ms() {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
+// 50 ms of work on the current context, then its sync: a spinning sync (`spin`) uses at least
+// 10 ms of this thread's CPU, a blocking one under 5 ms.
+void expect_sync_cpu(const Cuda& cuda, bool spin) {
+  const auto t0 = Clock::now();
+  const double cpu0 = thread_cpu_ms();
+  ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
+  ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
+  const double cpu = thread_cpu_ms() - cpu0;
+  EXPECT_GE(ms_since(t0), 50);
+  if (spin) {
+    EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
+  } else {
+    EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
+  }
+}
+
 // A context made with CU_CTX_SCHED_SPIN (0x01) spins on the CPU in its syncs, as the driver's
 // spin-wait does (zernel-workload --sync-spin); with blocking sync (0x04) it sleeps.
 TEST(Nvml, a_spin_context_spins_in_its_syncs_a_blocking_one_sleeps) {
@@ -440,17 +456,7 @@ TEST(Nvml, a_spin_context_spins_in_its_syncs_a_blocking_one_sleeps) {
   for (const unsigned flags : {0x01U, 0x04U}) {
     void* ctx = nullptr;
     ASSERT_EQ(cuda.ctx_create(&ctx, flags, 0), kCudaSuccess);
-    const auto t0 = Clock::now();
-    const double cpu0 = thread_cpu_ms();
-    ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
-    ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
-    const double cpu = thread_cpu_ms() - cpu0;
-    EXPECT_GE(ms_since(t0), 50);
-    if (flags == 0x01U) {
-      EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
-    } else {
-      EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
-    }
+    expect_sync_cpu(cuda, flags == 0x01U);
     ASSERT_EQ(cuda.ctx_destroy(ctx), kCudaSuccess);
   }
 }
@@ -471,17 +477,7 @@ TEST(Nvml, the_primary_context_spins_in_its_syncs_after_set_flags_spin) {
     if (flags != 0x01U) {
       ASSERT_EQ(cuda.primary_set_flags(0, flags), kCudaSuccess);
     }
-    const auto t0 = Clock::now();
-    const double cpu0 = thread_cpu_ms();
-    ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
-    ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
-    const double cpu = thread_cpu_ms() - cpu0;
-    EXPECT_GE(ms_since(t0), 50);
-    if (flags == 0x01U) {
-      EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
-    } else {
-      EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
-    }
+    expect_sync_cpu(cuda, flags == 0x01U);
   }
   EXPECT_EQ(cuda.primary_set_flags(99, 0x01U), kCudaErrorInvalidDevice);
   ASSERT_EQ(cuda.primary_release(0), kCudaSuccess);
