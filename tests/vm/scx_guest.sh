@@ -285,9 +285,11 @@ pct() { echo "$1" | sed -n "s/.*$2_us=\([0-9]*\).*/\1/p"; }
 # a vCPU reach every scheduler, and a preempting wakeup crosses vCPUs (the IPI to the victim), so
 # with host noise N (EEVDF's p99 on the same load) the preempting task's p99 can come near 2N. A
 # 4x gap is therefore only demanded when 8N is under the undecided p99; above that a miss says
-# nothing about the scheduler and is reported as skipped, with the figures. A miss on a quiet
-# host is measured once more (fresh hogs and driver): a scheduler defect misses both times, a
-# single stall of the host only once. Both runs are printed.
+# nothing about the scheduler and is reported as skipped, with the figures. A miss is measured
+# again (fresh hogs and driver), up to twice, each time after a new EEVDF gauge of the noise, and
+# N is the largest gauge: a scheduler defect misses every time on a quiet host, while a host
+# that became busy after the first gauge (CI's builds beside the tests) shows in the next one.
+# Every run is printed.
 latency_preempt_run() {
   wakelat_run "weight=9537,preempt=1,latency_us=50,slice_us=5000,phase=DataLoading" || return
   r "latency zernel, preempt + 50us target: $line"
@@ -296,34 +298,55 @@ latency_preempt_run() {
 }
 latency_met() { [ $((p99 * 4)) -le "$base" ] && [ $((p50 * 4)) -le "$base50" ]; }
 
-check_latency() {
+# latency_gauge: EEVDF's p99 on the same load (us), printed; raises $noise to it.
+latency_gauge() {
   hogs=
   for _ in 1 2 3 4; do zernel-scx-probe spin 60 & hogs="$hogs $!"; done
   eevdf=$(zernel-scx-probe wakelat 2000 "${SCX_LAT_COUNT:-1000}")
   kill $hogs; wait $hogs 2> /dev/null
   r "latency eevdf: $eevdf"
-  noise=$(pct "$eevdf" p99)
+  g=$(pct "$eevdf" p99)
+  if [ "${g:-0}" -gt "${noise:-0}" ]; then noise=$g; fi
+}
 
+check_latency() {
+  noise=0
+  latency_gauge
   wakelat_run "" || return
   base=$p99 base50=$p50
   r "latency zernel, no decision: $line"
   latency_preempt_run || return
   if [ -z "$p99" ] || [ -z "$base" ] || [ "${kicks:-0}" = 0 ]; then
     bad "latency: no measurement or no preemption: $msg (kicks $kicks)"
-  elif latency_met; then
-    ok "latency: $msg ($kicks preemption kicks)"
-  elif [ $((${noise:-0} * 8)) -gt "$base" ]; then
-    skipped=$((skipped + 1))
-    r "SKIP latency: host too noisy to show a 4x gap (EEVDF p99 ${noise}us): $msg"
-  else
-    first=$msg
-    r "latency: missed ($first); measuring once more"
-    latency_preempt_run || return
-    if [ -n "$p99" ] && latency_met; then
-      ok "latency: $msg ($kicks preemption kicks; the first run missed: $first)"
-    else
-      bad "latency: $msg, and before: $first (kicks $kicks, EEVDF p99 ${noise}us)"
+    return
+  fi
+  missed=
+  for attempt in 2 3; do
+    if latency_met; then
+      ok "latency: $msg ($kicks preemption kicks${missed:+; missed before: $missed})"
+      return
     fi
+    if [ $((noise * 8)) -gt "$base" ]; then
+      skipped=$((skipped + 1))
+      r "SKIP latency: host too noisy to show a 4x gap (EEVDF p99 ${noise}us): $msg"
+      return
+    fi
+    missed="${missed:+$missed; }$msg"
+    r "latency: missed ($msg); gauging the host and measuring again (run $attempt of 3)"
+    latency_gauge
+    latency_preempt_run || return
+    if [ -z "$p99" ]; then
+      bad "latency: no measurement in run $attempt; missed before: $missed"
+      return
+    fi
+  done
+  if latency_met; then
+    ok "latency: $msg ($kicks preemption kicks; missed before: $missed)"
+  elif [ $((noise * 8)) -gt "$base" ]; then
+    skipped=$((skipped + 1))
+    r "SKIP latency: host too noisy to show a 4x gap (EEVDF p99 up to ${noise}us): $msg; missed before: $missed"
+  else
+    bad "latency: $msg, and before: $missed (kicks $kicks, EEVDF p99 up to ${noise}us)"
   fi
 }
 
