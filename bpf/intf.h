@@ -78,11 +78,11 @@ enum zernel_weights {
 
 /* Time defaults (ns). Enum constants must fit an int: the 64-bit ones are multiples of 1 us. */
 enum zernel_times_us {
-	ZERNEL_SLICE_DFL_US = 20000, /* slice of a decision with slice_ns 0: 20 ms */
-	/* Slice of a task with no decision (the rest of the node): 3 ms, EEVDF's base slice on a
-	 * node of 8 CPUs or more. With 20 ms a CPU hog held a CPU that long while a followed thread
-	 * that needs a CPU without waking (spinning in a GPU sync) waited (docs/sched-ext.md). */
-	ZERNEL_SLICE_UNDECIDED_US = 3000,
+	ZERNEL_SLICE_DFL_US = 20000, /* slice of a task with no decision or slice_ns 0: 20 ms */
+	/* A task with no decision that has run this long in its slice ends it at the next tick
+	 * while a thread of a decided process waits in its LLC's queue (YIELD, sched/yield.bpf.h):
+	 * 3 ms, EEVDF's base slice on a node of 8 CPUs or more. */
+	ZERNEL_YIELD_RUN_US = 3000,
 	ZERNEL_SLICE_MIN_US = 100, /* slices are clamped to 100 us .. 1 s */
 	ZERNEL_SLICE_MAX_US = 1000000,
 	/* Starvation bound: a task queued longer than this is dispatched before anything else.
@@ -181,6 +181,8 @@ struct zernel_tenant_load {
 	X(REENQ, reenq)			/* tasks put back from a CPU a higher sched class took */	\
 	X(THROTTLED, throttled)		/* enqueues parked because their cgroup spent its cpu.max */	\
 	X(THROTTLE_CUT, throttle_cut)	/* slices ended by a tick that found the quota spent */	\
+	X(YIELD_CUT, yield_cut)		/* slices of tasks with no decision ended by a tick for	\
+					 * decided threads waiting in the queue (yield.bpf.h) */	\
 	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
 	X(NODE_MAP_FULL, node_map_full)	/* cgroups given no node (the node map full): their	\
 					 * threads share as the root's, their cpu.max unenforced */	\

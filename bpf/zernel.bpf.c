@@ -6,7 +6,8 @@
  * zernel_decisions: a weight (priority), a time slice (phase), a latency target, whether a
  * wakeup may preempt, a preferred CPU and NUMA node, and a tenant. Every thread of the process
  * follows it, from a copy in its task storage. A task with no decision is scheduled like any
- * other task, with the weight of its nice value and a 3 ms slice (ZERNEL_SLICE_UNDECIDED_US).
+ * other task, with the weight of its nice value, and yields after 3 ms of its 20 ms slice while a
+ * decided thread waits in its queue (yield.bpf.h).
  *
  * ALGORITHM: weighted virtual time over a flattened share hierarchy, one queue per LLC. Each
  * runnable thread has a share of the machine, from the cgroup tree (cpu.weight, level by level),
@@ -38,6 +39,7 @@
  *   preempt.bpf.h      the victim search of a preempting wakeup
  *   dispatch.bpf.h     keep_prev: whether the thread whose slice ended keeps its CPU
  *   rescue.bpf.h       the starvation bound
+ *   yield.bpf.h        the rest of the node yields to a decided thread that waits (YIELD)
  * This file holds the callbacks, which call into the parts, and the ops table.
  *
  * COST. A wakeup runs select_cpu (or enqueue), running and stopping, and a CPU going idle runs
@@ -56,9 +58,10 @@
  *   moves in ops.dispatch, from the head of the queue a CPU takes a task from.
  * - Queues per LLC (llc.bpf.h): a dispatch or enqueue takes the lock of its LLC's queue and writes
  *   its LLC's front only; with several LLCs a dispatch reads one other LLC's head and front.
- * - ops.tick does nothing while no cgroup has a quota and phases do not come from events;
- *   otherwise one task-storage lookup per tick (250 a second per busy CPU at HZ=250), and with
- *   phases from events a second for a thread of a decided process.
+ * - ops.tick reads its LLC's count of waiting decided threads (yield.bpf.h) and does nothing more
+ *   while that is zero, no cgroup has a quota and phases do not come from events; otherwise one
+ *   task-storage lookup per tick (250 a second per busy CPU at HZ=250), and with phases from
+ *   events a second for a thread of a decided process.
  * - Nothing is written for the victim search on the hot paths (preempt.bpf.h); the rescue DSQ is
  *   looked at only while the starvation scan has flagged it (rescue.bpf.h); counters are per-CPU
  *   array slots (common.bpf.h).
@@ -86,6 +89,7 @@
 #include "sched/preempt.bpf.h"
 #include "sched/dispatch.bpf.h"
 #include "sched/rescue.bpf.h"
+#include "sched/yield.bpf.h"
 
 char _license[] SEC("license") = "GPL";
 
@@ -117,7 +121,7 @@ struct {
 s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {
 	struct task_ctx *tctx = task_ctx_get(p);
-	u64 slice = SLICE_UNDECIDED_NS;
+	u64 slice = SLICE_DFL_NS;
 	bool is_idle = false;
 	s32 cpu;
 
@@ -165,8 +169,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 
 	if (!tctx) {
 		/* Not initialised (cannot happen after init_task); keep it running. */
-		scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), SLICE_UNDECIDED_NS, *front_of(llc),
-					 enq_flags);
+		scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), SLICE_DFL_NS, *front_of(llc), enq_flags);
 		llc_mark_waiting(llc);
 		stat_inc(ZERNEL_STAT_UNDECIDED);
 		stat_inc(ZERNEL_STAT_GLOBAL);
@@ -237,6 +240,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	tctx->queue_key = key;
 	scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), tctx->slice_ns, key, enq_flags);
 	llc_mark_waiting(llc);
+	yield_queued(p, tctx, llc);
 	stat_inc(ZERNEL_STAT_GLOBAL);
 
 	/*
@@ -307,18 +311,25 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
 /*
  * ops.running has work only for a followed thread of a decided process: a phase change made
  * while it was queued applies, and the phase timer watches its run while a change may come
- * (phase_may_change: in a GPU sync, or one pending). The run time needs no start mark
- * (charge_run), the fronts move in ops.dispatch, and a thread whose tgid slot counts no followed
- * thread is not looked up (phase.bpf.h, COST).
+ * (phase_may_change: in a GPU sync, or one pending); a decided thread leaves its LLC's count of
+ * waiting ones (yield.bpf.h). The run time needs no start mark (charge_run), the fronts move in
+ * ops.dispatch, and a thread whose tgid slot counts no followed thread and no queued decided one
+ * is not looked up (phase.bpf.h and yield.bpf.h, COST).
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
 	struct zernel_phase_thread *st;
-	struct task_ctx *tctx;
+	struct task_ctx *tctx = NULL;
 
+	if (*queued_slot(p)) {
+		tctx = task_ctx_get(p);
+		if (tctx)
+			yield_unqueued(p, tctx);
+	}
 	if (!zernel_follow_phases || !*followed_slot(p))
 		return;
-	tctx = task_ctx_get(p);
+	if (!tctx)
+		tctx = task_ctx_get(p);
 	if (!tctx || !tctx->weight || !tctx->followed)
 		return;
 	st = phase_state(p);
@@ -359,22 +370,29 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 }
 
 /*
- * A followed thread's phase change made while it runs (phase_tick); and, while some cgroup has a
- * quota, charges the running thread's cgroup as it runs and ends its slice at the tick that finds
- * the quota spent (at most one tick over; the overrun is debt that the next period pays back).
+ * A task without a decision that has run 3 ms of its slice ends it while a decided thread waits
+ * in its LLC's queue (yield.bpf.h); a followed thread's phase change made while it runs
+ * (phase_tick); and, while some cgroup has a quota, charges the running thread's cgroup as it
+ * runs and ends its slice at the tick that finds the quota spent (at most one tick over; the
+ * overrun is debt that the next period pays back).
  */
 void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 {
 	struct zernel_phase_thread *st;
 	struct task_ctx *tctx;
+	bool yield = yield_due(p);
 
-	if (!nr_quotas && !zernel_follow_phases)
+	if (!nr_quotas && !zernel_follow_phases && !yield)
 		return;
 	if (nr_quotas)
 		release_at_tick();
 	tctx = task_ctx_get(p);
 	if (!tctx)
 		return;
+	if (yield && !tctx->weight) {
+		scx_bpf_task_set_slice(p, 0);
+		stat_inc(ZERNEL_STAT_YIELD_CUT);
+	}
 	if (zernel_follow_phases && tctx->weight) {
 		/*
 		 * A sync entered while it ran: the timer looks for its return, unless the probes
@@ -423,6 +441,7 @@ void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
 	if (!tctx)
 		return;
 	task_unaccount(tctx);
+	yield_unqueued(p, tctx);
 	/*
 	 * Leaving the scheduler (or exiting, or the scheduler unloading, also when the kernel ejects
 	 * it): its tgid slot stops counting it, and the probes no longer kick its CPU.
@@ -444,7 +463,7 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->decision_gen = ~0ULL;
 	tctx->weight = 0;
 	tctx->tenant_weight = ZERNEL_TENANT_WEIGHT_DFL;
-	tctx->slice_ns = SLICE_UNDECIDED_NS;
+	tctx->slice_ns = SLICE_DFL_NS;
 	tctx->preferred_cpu = ZERNEL_NO_CPU;
 	tctx->preferred_node = ZERNEL_NO_CPU;
 	tctx->tenant = ZERNEL_NO_TENANT;

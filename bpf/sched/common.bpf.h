@@ -43,7 +43,7 @@ enum {
 };
 
 #define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
-#define SLICE_UNDECIDED_NS ((u64)ZERNEL_SLICE_UNDECIDED_US * 1000)
+#define YIELD_RUN_NS ((u64)ZERNEL_YIELD_RUN_US * 1000)
 #define SLICE_MIN_NS ((u64)ZERNEL_SLICE_MIN_US * 1000)
 #define SLICE_MAX_NS ((u64)ZERNEL_SLICE_MAX_US * 1000)
 /* Fixed point of shares: FP_ONE is the whole machine. */
@@ -109,6 +109,7 @@ static __always_inline u64 llc_dsq(u32 llc)
 struct llc_front {
 	u64 vtime_now;
 	u64 waiting;
+	s64 decided_waiting; /* (atomic) threads of decided processes in its queue (yield.bpf.h) */
 } __attribute__((aligned(64)));
 
 private(ZVTIME) struct llc_front llc_fronts[ZERNEL_MAX_LLCS];

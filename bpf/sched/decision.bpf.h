@@ -83,7 +83,7 @@ static __noinline void task_refresh(struct task_struct *p, struct task_ctx *tctx
 	if (!d) {
 		tctx->weight = 0;
 		tctx->tenant_weight = ZERNEL_TENANT_WEIGHT_DFL;
-		tctx->slice_ns = SLICE_UNDECIDED_NS;
+		tctx->slice_ns = SLICE_DFL_NS;
 		tctx->latency_ns = 0;
 		tctx->preferred_cpu = ZERNEL_NO_CPU;
 		tctx->preferred_node = ZERNEL_NO_CPU;

@@ -33,7 +33,7 @@ struct task_ctx {
 	struct zernel_task_ctx pub;
 	u64 decision_gen;   /* its process's slot generation the decision below was read at
 			     * (decision.bpf.h); ~0 = never */
-	u64 slice_ns;	    /* ns: the decision's slice, clamped; SLICE_UNDECIDED_NS without one */
+	u64 slice_ns;	    /* ns: the decision's slice, clamped; SLICE_DFL_NS without one */
 	u64 latency_ns;	    /* ns: latency target; 0 = none */
 	u64 cgroup_node;    /* node id of its cgroup (0 = the root cgroup): ops.cgroup_move */
 	u64 joined_node;    /* node id it is counted in while runnable (valid when joined) */
@@ -60,7 +60,8 @@ struct task_ctx {
 			     * timer for it); counted in followed_slots (set_followed) */
 	u8 woke_in_sync;    /* 1: it woke inside a GPU sync it slept in, and has not slept since:
 			     * its wait is over (phase_policy_index, phase.bpf.h) */
-	u8 __pad[1];
+	u8 decided_queued;  /* 1 + the LLC whose queue counts it in decided_waiting (ops.enqueue
+			     * sets, ops.running or ops.disable takes it out); 0 = none */
 	u64 seen_since_ns;  /* ns: the probes' since_ns of the last phase change the scheduler
 			     * has seen (phase_change_unseen, phase.bpf.h) */
 	u64 charged_sum_ns; /* ns: p->se.sum_exec_runtime when its run time was last charged (or

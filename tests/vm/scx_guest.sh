@@ -688,31 +688,47 @@ share_cpumax() {
 
 share_cgroups() {
   # 3. Sibling cgroups with cpu.weight 300 and 100, 3 hogs each, on 2 CPUs: 3:1.
-  start_driver || return
+  # A decided hog on CPU 1 for the slice check below, stopped until then.
+  cg z_w100 100; hogs 1 z_w100 1; dec=${pids# }
+  kill -STOP $dec
+  start_driver --decision "$dec:weight=1024" || { kill -9 $dec; return; }
   cg z_w300 300; hogs $((3 * k)) z_w300; a=$pids
-  cg z_w100 100; hogs $((3 * k)) z_w100; b=$pids
+  hogs $((3 * k)) z_w100; b=$pids
   all="$a $b"
   sleep 1
   ratio "cgroups cpu.weight 300:100, $((3 * k)) hogs each, $(nproc) CPUs" \
     "$(ideal 300 $((3 * k)) 100 $((3 * k)))" 5 "$secs" \
     $a -- $b
-  # A thread without a decision runs in 3 ms slices (ZERNEL_SLICE_UNDECIDED_US; the tick after
-  # them ends them: 4 ms at HZ=250), as EEVDF's base slice, not 20 ms. Three hogs pinned to CPU
-  # 1, so that every slice end there has a rival at any CPU count (spread over 4 CPUs, 6 hogs
-  # keep their CPU for several slices: 14 ms a run): between two switches a hog ran 4.0 ms with
-  # them, 23.8 ms before (2026-12-06, 2 and 4 CPUs).
+  # Slices of threads without a decision (yield.bpf.h): 20 ms, as scx_simple's, while no decided
+  # thread waits; while one waits in their queue, the tick after 3 ms of a slice ends it (4 ms
+  # at HZ=250), as EEVDF's base slice. Three hogs pinned to CPU 1, so that every slice end there
+  # has a rival at any CPU count (spread over 4 CPUs, hogs keep their CPU for several slices),
+  # alone, then beside the decided hog on CPU 1: between two switches a hog ran 4.0 ms with 3 ms
+  # slices for all, 23.8 ms with 20 (2026-12-06, 2 and 4 CPUs).
   kill $all 2> /dev/null; wait $all 2> /dev/null
   hogs 3 z_w100 1; all=$pids
   sleep 1
+  hog_runs
+  msg="threads without a decision, no decided thread waiting: 3 hogs on CPU 1 ran $n times in 3 s, $(ms3 $per) ms each on average"
+  if [ "$per" -ge 12000 ]; then ok "$msg (at least 12 ms)"; else bad "$msg (want at least 12 ms)"; fi
+  kill -CONT $dec
+  sleep 1
+  hog_runs
+  msg="threads without a decision beside a decided one on their CPU: they ran $n times in 3 s, $(ms3 $per) ms each on average"
+  if [ "$per" -le 8000 ]; then ok "$msg (at most 8 ms)"; else bad "$msg (want at most 8 ms)"; fi
+  kill $dec 2> /dev/null; wait $dec 2> /dev/null
+  stop_all cgroups
+  r "cgroups: $(json_num yield_cut) slices of threads without a decision ended for a decided one"
+}
+# hog_runs: for the hogs in $all over 3 s, the runs on a CPU ($n) and the mean run ($per, us).
+hog_runs() {
   runs $all; ns0=$run_ns n0=$run_n
   sleep 3
   runs $all
   n=$((run_n - n0))
   per=$(((run_ns - ns0) / (n > 0 ? n : 1) / 1000))
-  msg="threads without a decision: 3 hogs on CPU 1 ran $n times in 3 s, $((per / 1000)).$(printf %03d $((per % 1000))) ms each on average"
-  if [ "$per" -le 8000 ]; then ok "$msg (at most 8 ms)"; else bad "$msg (want at most 8 ms)"; fi
-  stop_all cgroups
 }
+ms3() { echo "$(($1 / 1000)).$(printf %03d $(($1 % 1000)))"; }
 
 share_boundary() {
   # 3b. Two cgroups of equal cpu.weight, one with a hog per half of the CPUs, the other with a
