@@ -314,23 +314,20 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
  * (phase_may_change: in a GPU sync, or one pending); a decided thread leaves its LLC's count of
  * waiting ones (yield.bpf.h). The run time needs no start mark (charge_run), the fronts move in
  * ops.dispatch, and a thread whose tgid slot counts no followed thread and no queued decided one
- * is not looked up (phase.bpf.h and yield.bpf.h, COST).
+ * is not looked up (running_slots, task.bpf.h).
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
 	struct zernel_phase_thread *st;
-	struct task_ctx *tctx = NULL;
+	struct task_ctx *tctx;
 
-	if (*queued_slot(p)) {
-		tctx = task_ctx_get(p);
-		if (tctx)
-			yield_unqueued(p, tctx);
-	}
-	if (!zernel_follow_phases || !*followed_slot(p))
+	if (!*running_slot(p))
 		return;
+	tctx = task_ctx_get(p);
 	if (!tctx)
-		tctx = task_ctx_get(p);
-	if (!tctx || !tctx->weight || !tctx->followed)
+		return;
+	yield_unqueued(p, tctx);
+	if (!zernel_follow_phases || !tctx->weight || !tctx->followed)
 		return;
 	st = phase_state(p);
 	if (!st)

@@ -43,8 +43,8 @@
  * ops.enqueue, ops.tick, keep_prev, ops.stopping of a sleep, and ops.running of a followed
  * thread (ops.enqueue and keep_prev read a kick's mark in the state phase_follow found).
  * ops.running has work only for a followed thread (one whose phase phase_follow applied:
- * task_ctx.followed); followed_slots counts them per tgid slot, so that ops.running of any other
- * thread reads that count and returns without a task-storage lookup.
+ * task_ctx.followed); running_slots (task.bpf.h) counts them per tgid slot, so that ops.running
+ * of any other thread reads that count and returns without a task-storage lookup.
  *
  * Known weaknesses: a change replaced by another before any of these (two changes in one run of
  * the thread) is not counted, only the later one; changes of threads without a decision are not
@@ -76,24 +76,11 @@ const volatile u32 zernel_sync_kicks;
 const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 1];
 
 /*
- * The threads with task_ctx.followed set, counted per slot of their tgid (tgid modulo
- * ZERNEL_FOLLOW_SLOTS), so that ops.running, which has work only for such a thread, looks up
- * no task storage for the others (COST). Processes that share a slot cost a lookup more, never
- * a missed one.
- */
-#define ZERNEL_FOLLOW_SLOTS 4096
-static u32 followed_slots[ZERNEL_FOLLOW_SLOTS];
-
-static __always_inline u32 *followed_slot(const struct task_struct *p)
-{
-	return &followed_slots[(u32)p->tgid & (ZERNEL_FOLLOW_SLOTS - 1)];
-}
-
-/*
- * The thread is followed (on) or no longer: its tgid slot counts it, and the probes' state says
- * so (sched_follows: their context-switch program kicks its CPU for a change it makes as the
- * thread is switched in, probes.bpf.c sched_kick). st: the probes' state, NULL where they have
- * none (nothing to tell them).
+ * The thread is followed (on) or no longer: its tgid slot counts it (running_slots, task.bpf.h:
+ * ops.running has work for it), and the probes' state says so (sched_follows: their
+ * context-switch program kicks its CPU for a change it makes as the thread is switched in,
+ * probes.bpf.c sched_kick). st: the probes' state, NULL where they have none (nothing to tell
+ * them).
  */
 static __always_inline void set_followed(const struct task_struct *p, struct task_ctx *tctx,
 					 struct zernel_phase_thread *st, bool on)
@@ -103,7 +90,7 @@ static __always_inline void set_followed(const struct task_struct *p, struct tas
 	if (tctx->followed == on)
 		return;
 	tctx->followed = on;
-	__sync_fetch_and_add(followed_slot(p), on ? 1 : -1);
+	__sync_fetch_and_add(running_slot(p), on ? 1 : -1);
 }
 
 /* The probes' state of a thread they follow; NULL: none, or their cached "no role" (probes.h) */

@@ -57,7 +57,7 @@ struct task_ctx {
 			     * there: phase_kick_take) */
 	u8 followed;	    /* 1: phase_follow found the probes' state of it (kept across
 			     * decisions, cleared when it has none: ops.running arms the phase
-			     * timer for it); counted in followed_slots (set_followed) */
+			     * timer for it); counted in running_slots (set_followed) */
 	u8 woke_in_sync;    /* 1: it woke inside a GPU sync it slept in, and has not slept since:
 			     * its wait is over (phase_policy_index, phase.bpf.h) */
 	u8 decided_queued;  /* 1 + the LLC whose queue counts it in decided_waiting (ops.enqueue
@@ -74,6 +74,21 @@ struct {
 	__type(key, int);
 	__type(value, struct task_ctx);
 } zernel_task_ctx SEC(".maps");
+
+/*
+ * The threads for which ops.running has work, counted per slot of their tgid (tgid modulo
+ * ZERNEL_RUNNING_SLOTS): followed ones (task_ctx.followed, phase.bpf.h) and decided ones counted
+ * as waiting in a queue (task_ctx.decided_queued, yield.bpf.h). ops.running of a thread whose slot
+ * counts none reads that count and returns without a task-storage lookup. Processes that share a
+ * slot cost a lookup more, never a missed one.
+ */
+#define ZERNEL_RUNNING_SLOTS 4096
+static u32 running_slots[ZERNEL_RUNNING_SLOTS];
+
+static __always_inline u32 *running_slot(const struct task_struct *p)
+{
+	return &running_slots[(u32)p->tgid & (ZERNEL_RUNNING_SLOTS - 1)];
+}
 
 static __always_inline bool has_tenant(const struct task_ctx *tctx)
 {

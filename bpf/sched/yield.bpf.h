@@ -19,8 +19,8 @@
  * thread is). ops.running takes a thread out of the count; so does ops.disable (a thread that
  * leaves sched_ext while queued). A thread put back in a queue while counted (dequeued for a
  * property change, then enqueued) is not counted twice. ops.running looks the thread up only when
- * its tgid slot counts a queued decided thread (queued_slots, as followed_slots in phase.bpf.h),
- * so a thread of a process without a decision costs it one load, no task-storage lookup.
+ * its tgid slot counts a queued decided thread or a followed one (running_slots, task.bpf.h), so
+ * a thread of a process without a decision costs it one load, no task-storage lookup.
  *
  * COST. ops.enqueue of a decided thread into an LLC's queue: two atomic adds (the LLC's count on
  * that LLC's own line, the tgid slot), and two more when it runs. ops.tick of any task: one load
@@ -39,15 +39,6 @@
 #include "common.bpf.h"
 #include "task.bpf.h"
 
-/* Decided threads counted in an LLC's decided_waiting, per slot of their tgid (COUNTING). */
-#define ZERNEL_QUEUED_SLOTS 4096
-static u32 queued_slots[ZERNEL_QUEUED_SLOTS];
-
-static __always_inline u32 *queued_slot(const struct task_struct *p)
-{
-	return &queued_slots[(u32)p->tgid & (ZERNEL_QUEUED_SLOTS - 1)];
-}
-
 /* ops.enqueue put a thread in llc's queue: counted there if it is a decided process's. */
 static __always_inline void yield_queued(const struct task_struct *p, struct task_ctx *tctx,
 					 u32 llc)
@@ -56,7 +47,7 @@ static __always_inline void yield_queued(const struct task_struct *p, struct tas
 		return;
 	llc &= ZERNEL_MAX_LLCS - 1;
 	__sync_fetch_and_add(&llc_state(llc)->decided_waiting, 1);
-	__sync_fetch_and_add(queued_slot(p), 1);
+	__sync_fetch_and_add(running_slot(p), 1);
 	tctx->decided_queued = (u8)(llc + 1);
 }
 
@@ -66,7 +57,7 @@ static __always_inline void yield_unqueued(const struct task_struct *p, struct t
 	if (!tctx->decided_queued)
 		return;
 	__sync_fetch_and_sub(&llc_state(tctx->decided_queued - 1)->decided_waiting, 1);
-	__sync_fetch_and_sub(queued_slot(p), 1);
+	__sync_fetch_and_sub(running_slot(p), 1);
 	tctx->decided_queued = 0;
 }
 
