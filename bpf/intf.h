@@ -83,6 +83,10 @@ enum zernel_times_us {
 	 * while a thread of a decided process waits in its LLC's queue (YIELD, sched/yield.bpf.h):
 	 * 3 ms, EEVDF's base slice on a node of 8 CPUs or more. */
 	ZERNEL_YIELD_RUN_US = 3000,
+	/* ... and also for a woken thread of an earlier key at the head of that queue when the task
+	 * is a CPU hog: it has not slept for this long, or its runs between sleeps are this long
+	 * on average (OWED, sched/yield.bpf.h): five default slices. */
+	ZERNEL_OWED_HOG_US = 100000,
 	ZERNEL_SLICE_MIN_US = 100, /* slices are clamped to 100 us .. 1 s */
 	ZERNEL_SLICE_MAX_US = 1000000,
 	/* Starvation bound: a task queued longer than this is dispatched before anything else.
@@ -183,6 +187,9 @@ struct zernel_tenant_load {
 	X(THROTTLE_CUT, throttle_cut)	/* slices ended by a tick that found the quota spent */	\
 	X(YIELD_CUT, yield_cut)		/* slices of tasks with no decision ended by a tick for	\
 					 * decided threads waiting in the queue (yield.bpf.h) */	\
+	X(OWED_CUT, owed_cut)		/* slices of CPU hogs with no decision ended by a tick for	\
+					 * a woken thread of an earlier key at the head of the	\
+					 * queue (yield.bpf.h, OWED) */				\
 	X(UNTHROTTLED, unthrottled)	/* parked tasks released at a new cpu.max period */		\
 	X(NODE_MAP_FULL, node_map_full)	/* cgroups given no node (the node map full): their	\
 					 * threads share as the root's, their cpu.max unenforced */	\

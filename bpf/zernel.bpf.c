@@ -58,9 +58,10 @@
  *   moves in ops.dispatch, from the head of the queue a CPU takes a task from.
  * - Queues per LLC (llc.bpf.h): a dispatch or enqueue takes the lock of its LLC's queue and writes
  *   its LLC's front only; with several LLCs a dispatch reads one other LLC's head and front.
- * - ops.tick reads its LLC's count of waiting decided threads (yield.bpf.h) and does nothing more
- *   while that is zero, no cgroup has a quota and phases do not come from events; otherwise one
- *   task-storage lookup per tick (250 a second per busy CPU at HZ=250), and with phases from
+ * - ops.tick reads the running task's slice and does nothing more until it has run 3 ms of it,
+ *   while no cgroup has a quota and phases do not come from events; after that, its LLC's count
+ *   of waiting decided threads and a peek at its LLC's queue (yield.bpf.h), and while that holds a
+ *   task, one task-storage lookup per tick (250 a second per busy CPU at HZ=250); with phases from
  *   events a second for a thread of a decided process.
  * - Nothing is written for the victim search on the hot paths (preempt.bpf.h); the rescue DSQ is
  *   looked at only while the starvation scan has flagged it (rescue.bpf.h); counters are per-CPU
@@ -196,6 +197,8 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	/* Its cgroup (or an ancestor) spent its cpu.max quota: wait for the next period. */
 	if (task_throttled(tctx)) {
 		tctx->queue_key = key;
+		/* (release_parked moves it to its LLC's queue as it was queued here) */
+		tctx->queued_woken = (enq_flags & SCX_ENQ_WAKEUP) ? 1 : 0;
 		scx_bpf_dsq_insert(p, ZERNEL_DSQ_THROTTLED, tctx->slice_ns, enq_flags);
 		stat_inc(ZERNEL_STAT_THROTTLED);
 		return;
@@ -238,6 +241,7 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	tctx->pub.queued_at = now_ns();
 	tctx->queue_key = key;
+	tctx->queued_woken = (enq_flags & SCX_ENQ_WAKEUP) ? 1 : 0;
 	scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), tctx->slice_ns, key, enq_flags);
 	llc_mark_waiting(llc);
 	yield_queued(p, tctx, llc);
@@ -368,18 +372,25 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 
 /*
  * A task without a decision that has run 3 ms of its slice ends it while a decided thread waits
- * in its LLC's queue (yield.bpf.h); a followed thread's phase change made while it runs
- * (phase_tick); and, while some cgroup has a quota, charges the running thread's cgroup as it
- * runs and ends its slice at the tick that finds the quota spent (at most one tick over; the
- * overrun is debt that the next period pays back).
+ * in its LLC's queue, or, when it is a CPU hog, for a woken thread at the head of that queue
+ * with a key before its own (yield.bpf.h, YIELD and OWED); a followed thread's phase change made
+ * while it runs (phase_tick); and, while some cgroup has a quota, charges the running thread's
+ * cgroup as it runs and ends its slice at the tick that finds the quota spent (at most one tick
+ * over; the overrun is debt that the next period pays back).
  */
 void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 {
+	struct task_struct *head = NULL;
 	struct zernel_phase_thread *st;
 	struct task_ctx *tctx;
-	bool yield = yield_due(p);
+	bool yield = false;
 
-	if (!nr_quotas && !zernel_follow_phases && !yield)
+	if (yield_ran(p)) {
+		yield = yield_due(p);
+		if (!yield)
+			head = owed_candidate(p);
+	}
+	if (!nr_quotas && !zernel_follow_phases && !yield && !head)
 		return;
 	if (nr_quotas)
 		release_at_tick();
@@ -389,6 +400,9 @@ void BPF_STRUCT_OPS(zernel_tick, struct task_struct *p)
 	if (yield && !tctx->weight) {
 		scx_bpf_task_set_slice(p, 0);
 		stat_inc(ZERNEL_STAT_YIELD_CUT);
+	} else if (head && !tctx->weight && owed_cut_due(p, tctx, head)) {
+		scx_bpf_task_set_slice(p, 0);
+		stat_inc(ZERNEL_STAT_OWED_CUT);
 	}
 	if (zernel_follow_phases && tctx->weight) {
 		/*

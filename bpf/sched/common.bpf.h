@@ -44,6 +44,7 @@ enum {
 
 #define SLICE_DFL_NS ((u64)ZERNEL_SLICE_DFL_US * 1000)
 #define YIELD_RUN_NS ((u64)ZERNEL_YIELD_RUN_US * 1000)
+#define OWED_HOG_NS  ((u64)ZERNEL_OWED_HOG_US * 1000)
 #define SLICE_MIN_NS ((u64)ZERNEL_SLICE_MIN_US * 1000)
 #define SLICE_MAX_NS ((u64)ZERNEL_SLICE_MAX_US * 1000)
 /* Fixed point of shares: FP_ONE is the whole machine. */

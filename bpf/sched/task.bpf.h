@@ -62,6 +62,9 @@ struct task_ctx {
 			     * its wait is over (phase_policy_index, phase.bpf.h) */
 	u8 decided_queued;  /* 1 + the LLC whose queue counts it in decided_waiting (ops.enqueue
 			     * sets, ops.running or ops.disable takes it out); 0 = none */
+	u8 queued_woken;    /* 1: ops.enqueue put it in its LLC's queue at a wakeup (it slept),
+			     * not back at the end of a run: it may end a running task's slice
+			     * for its earlier key (OWED, yield.bpf.h) */
 	u64 seen_since_ns;  /* ns: the probes' since_ns of the last phase change the scheduler
 			     * has seen (phase_change_unseen, phase.bpf.h) */
 	u64 charged_sum_ns; /* ns: p->se.sum_exec_runtime when its run time was last charged (or

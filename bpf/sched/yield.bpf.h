@@ -14,6 +14,24 @@
  * decided thread waiting, paid 7 % at 8 vCPUs against scx_simple (docs/benchmarks.md, "Slices of
  * the rest of the node"): the cut is only needed while a decided thread waits.
  *
+ * OWED. Without a decided thread waiting, a CPU hog without a decision (it has not slept for
+ * ZERNEL_OWED_HOG_US, 100 ms, or its runs between sleeps are that long on average) that has run
+ * 3 ms of its slice also ends it at a tick for the head of its LLC's queue when that head woke
+ * (it slept: queued_woken), may run on the hog's CPU and has a key before the hog's (its vtime
+ * charged up to the tick plus its request: the comparison ops.dispatch makes at the end of a
+ * slice, keep_prev), as EEVDF preempts for a woken task of an earlier deadline. Not for a head
+ * put back at the end of its own run: hogs that compete take turns of a whole slice, 20 ms as
+ * under scx_simple, and do not cut each other every tick. Not a thread that sleeps now and then:
+ * it leaves the CPU by itself. In the micro-benchmark's messaging load (80 tasks on 8 vCPUs,
+ * senders that write for a while, receivers that wake for them), cutting any run of 3 ms for a
+ * woken head of an earlier key ended 149 runs in 0.5 s and cost 2.5 %: a cut sender holds up the
+ * receivers it feeds. With "not slept for 20 ms" as the hog's mark, 70-113 cuts and 2 %; with 100
+ * ms, 3 cuts. Why the cut: with 20 ms slices and no preemption for a task without a decision, a
+ * thread that woke beside busy CPUs waited for a slice to end somewhere: a 100 ms heartbeat
+ * beside stress-ng on a kubelet-shaped node waited 17-19 ms at its p90 where EEVDF, which
+ * preempts for it, had 1.6 ms (docs/benchmarks.md). Now it waits for the running hog's first
+ * 3 ms and the next tick. Counted as owed_cut.
+ *
  * COUNTING. llc_front.decided_waiting counts the decided threads that ops.enqueue put in that
  * LLC's queue and that have not run since (task_ctx.decided_queued says in which LLC's count a
  * thread is). ops.running takes a thread out of the count; so does ops.disable (a thread that
@@ -24,20 +42,29 @@
  *
  * COST. ops.enqueue of a decided thread into an LLC's queue: two atomic adds (the LLC's count on
  * that LLC's own line, the tgid slot), and two more when it runs. ops.tick of any task: one load
- * of its LLC's count; only when it is not zero and the task has run 3 ms of its slice, the task's
- * storage. Nothing else for the rest of the node.
+ * of its LLC's count and of its slice; only for a task that has run 3 ms of its slice (a CPU
+ * hog's ticks after its first 3 ms; never for a task that sleeps within 3 ms), a peek at its
+ * LLC's queue, when that holds a task the head's storage, and when the head woke the task's
+ * storage and its charge up to now.
  *
  * Known weaknesses: a decided thread that waits in a queue it cannot leave for this CPU (pinned
  * elsewhere in the LLC) still makes this CPU's task yield: the dispatch that follows gives it
  * back its CPU when it leads (keep_prev), at the cost of that dispatch, once a tick. A thread
  * released from the throttled DSQ (cpu.max, release_parked) goes back to its queue without
- * ops.enqueue and is not counted while it waits there.
+ * ops.enqueue and is not counted while it waits there. OWED looks at the head of the queue only:
+ * a head pinned to another CPU hides an owed thread behind it until the head leaves. A thread
+ * with a decision is never cut so: its phase's slice is its policy's. A busy thread that sleeps
+ * at least every 100 ms (a messaging sender, a CPU-bound loop with a short sleep in it) is no hog
+ * by this mark: a thread woken behind it waits, as before, for it to sleep or for its slice's
+ * end (20 ms at most).
  */
 #ifndef ZERNEL_SCHED_YIELD_BPF_H
 #define ZERNEL_SCHED_YIELD_BPF_H
 
 #include "common.bpf.h"
+#include "compat.bpf.h"
 #include "task.bpf.h"
+#include "vtime.bpf.h"
 
 /* ops.enqueue put a thread in llc's queue: counted there if it is a decided process's. */
 static __always_inline void yield_queued(const struct task_struct *p, struct task_ctx *tctx,
@@ -62,13 +89,49 @@ static __always_inline void yield_unqueued(const struct task_struct *p, struct t
 }
 
 /*
- * ops.tick: a decided thread waits in the queue of p's LLC and p has run YIELD_RUN_NS of a
- * default slice (a task without a decision has one; the caller checks that p has no decision).
+ * ops.tick: a decided thread waits in the queue of p's LLC and p has run YIELD_RUN_NS (the
+ * caller checks that p has no decision).
  */
+/* p has run YIELD_RUN_NS of a default slice (a task without a decision has one). */
+static __always_inline bool yield_ran(const struct task_struct *p)
+{
+	return p->scx.slice && p->scx.slice + YIELD_RUN_NS <= SLICE_DFL_NS;
+}
+
 static __always_inline bool yield_due(struct task_struct *p)
 {
-	return llc_state(task_llc(p))->decided_waiting > 0 && p->scx.slice &&
-	       p->scx.slice + YIELD_RUN_NS <= SLICE_DFL_NS;
+	return yield_ran(p) && llc_state(task_llc(p))->decided_waiting > 0;
+}
+
+/*
+ * ops.tick, p ran YIELD_RUN_NS: the head of its LLC's queue when the head woke and may run on
+ * p's CPU (OWED above); else NULL.
+ */
+static __always_inline struct task_struct *owed_candidate(struct task_struct *p)
+{
+	struct task_struct *head = __COMPAT_scx_bpf_dsq_peek(llc_dsq(task_llc(p)));
+	struct task_ctx *hc;
+
+	if (!head || !bpf_cpumask_test_cpu(scx_bpf_task_cpu(p), head->cpus_ptr))
+		return NULL;
+	hc = bpf_task_storage_get(&zernel_task_ctx, head, 0, 0);
+	return hc && hc->queued_woken ? head : NULL;
+}
+
+/*
+ * p, which ran YIELD_RUN_NS, is a CPU hog (OWED_HOG_NS) and head (owed_candidate) has a key before
+ * p's (OWED above). Charges p's run so far, as ops.dispatch would.
+ */
+static __always_inline bool owed_cut_due(struct task_struct *p, struct task_ctx *tctx,
+					 struct task_struct *head)
+{
+	u64 share = task_share(p, tctx);
+
+	charge_run(p, tctx, share);
+	if (tctx->pub.burst_ns < OWED_HOG_NS && tctx->pub.avg_burst_ns < OWED_HOG_NS)
+		return false;
+	return time_before(head->scx.dsq_vtime,
+			   tctx->pub.vtime + vtime_for(task_request(tctx), share));
 }
 
 #endif /* ZERNEL_SCHED_YIELD_BPF_H */
