@@ -72,6 +72,8 @@ cat >> "$guest" <<'GUEST'
 CG=/sys/fs/cgroup
 mkdir -p $CG/z_job $CG/z_noise
 export TMPDIR=/tmp
+# The daemon's HTTP port is on 127.0.0.1 (a kernel may leave the loopback down).
+ip link set lo up
 printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/zernel.toml
 printf '[telemetry]\nmetrics_port = 19093\n[phase_detection]\nmode = "periodic"\n' > /tmp/periodic.toml
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
@@ -143,6 +145,10 @@ run() {
   [ -n "$sampler" ] && { kill $sampler; wait $sampler 2> /dev/null; }
   [ -n "$hogs" ] && { kill $hogs; wait $hogs 2> /dev/null; }
   if [ -n "$d" ]; then
+    if ! kill -0 $d 2> /dev/null; then
+      echo "@@ FAILED: zernel-scheduler ($arm) ended during the run: $(tail -n 3 /tmp/daemon.$arm.$rep.log)"
+      exit 1
+    fi
     kill $d
     wait $d
     echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"

@@ -43,7 +43,9 @@ fi
 #    cpuset controllers (cpu.weight, cpu.max), BPF with BTF and sched_ext with its cgroup ops,
 #    uprobes and tracefs for the probes, schedstats and delay accounting for the daemon, and
 #    networking (libbpf probes for global data with a socket filter program: without NET it
-#    decides the kernel has none, and no object with global variables loads), and the function
+#    decides the kernel has none, and no object with global variables loads; INET for the daemon's
+#    HTTP port on 127.0.0.1), the magic SysRq key (vm.daemon_scx ends the scheduler with
+#    sysrq-S, as an administrator would), and the function
 #    tracer (fentry programs attach to a function's ftrace entry: the scx headers' probe on
 #    bpf_scx_reg fails with EBUSY without it, and the scheduler does not attach).
 obj=$work/obj
@@ -58,7 +60,7 @@ opts=(
   CGROUP_CPUACCT BPF BPF_SYSCALL BPF_JIT BPF_JIT_ALWAYS_ON DEBUG_KERNEL DEBUG_INFO
   DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT DEBUG_INFO_BTF SCHED_CLASS_EXT DEBUG_FS DEBUG_FS_ALLOW_ALL
   PERF_EVENTS UPROBES UPROBE_EVENTS BPF_EVENTS FTRACE SCHED_DEBUG SCHEDSTATS TASK_DELAY_ACCT
-  TASKSTATS IKCONFIG IKCONFIG_PROC NET UNIX INET FUNCTION_TRACER DYNAMIC_FTRACE
+  TASKSTATS IKCONFIG IKCONFIG_PROC NET UNIX INET MAGIC_SYSRQ FUNCTION_TRACER DYNAMIC_FTRACE
 )
 args=()
 for o in "${opts[@]}"; do args+=(--enable "$o"); done

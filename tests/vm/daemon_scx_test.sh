@@ -14,6 +14,9 @@ need_bin zernel-scheduler
 need_bin zernel-workload
 run_guest --add "$build/lib" <<'GUEST'
 . /zernel/guest-lib.sh
+# The daemon's HTTP port is on 127.0.0.1: the loopback up first (a kernel that does not bring it
+# up itself, such as tests/vm/build-kernel-6.12.sh's, otherwise refuses the address).
+ip link set lo up
 printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/z.toml
 sleep 1000 & hog=$!
 
@@ -52,7 +55,6 @@ kill $hog 2>/dev/null
 
 # The fallback. The job's threads' nice values: DataLoading (the worker) is +10, nice -10, under
 # the userspace backend.
-ip link set lo up
 export ZERNEL_USERSPACE_JOURNAL=/tmp/run/userspace.journal ZERNEL_SETTINGS_JOURNAL=/tmp/run/settings.journal TMPDIR=/tmp
 printf '[telemetry]\nmetrics_port = 19097\n' > /tmp/f.toml
 zernel-workload --emulated-gpu --ranks 1 --workers 1 --steps 100000 --data-ms 20 --gpu-ms 20 \
