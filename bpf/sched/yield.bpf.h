@@ -24,13 +24,18 @@
  * under scx_simple, and do not cut each other every tick. Not a thread that sleeps now and then:
  * it leaves the CPU by itself. In the micro-benchmark's messaging load (80 tasks on 8 vCPUs,
  * senders that write for a while, receivers that wake for them), cutting any run of 3 ms for a
- * woken head of an earlier key ended 149 runs in 0.5 s and cost 2.5 %: a cut sender holds up the
- * receivers it feeds. With "not slept for 20 ms" as the hog's mark, 70-113 cuts and 2 %; with 100
- * ms, 3 cuts. Why the cut: with 20 ms slices and no preemption for a task without a decision, a
- * thread that woke beside busy CPUs waited for a slice to end somewhere: a 100 ms heartbeat
- * beside stress-ng on a kubelet-shaped node waited 17-19 ms at its p90 where EEVDF, which
- * preempts for it, had 1.6 ms (docs/benchmarks.md). Now it waits for the running hog's first
- * 3 ms and the next tick. Counted as owed_cut.
+ * woken head of an earlier key cost 2.5-3 % (149 cuts in a 0.5 s round, with a wait of 3 ms
+ * asked of the head): a cut sender holds up the receivers it feeds. With "not slept for 20 ms"
+ * as the hog's mark, 68-113 cuts a round and 2-3 %; with 100 ms, 0-3 cuts and no cost that
+ * the benchmark sees (docs/benchmarks.md, "A woken thread ends a hog's slice").
+ *
+ * Why the cut: with 20 ms slices and no preemption for a task without a decision, a thread that
+ * woke beside CPU hogs waited for a hog's slice to end: one that wakes every 20 ms beside three
+ * hogs on its CPU had a wakeup p90 of 22.3 ms (EEVDF preempts for it). Now it waits for the
+ * running hog's first 3 ms and the next tick: p90 1.9 ms (vm.scx_sharing). It does not shorten
+ * waits behind threads that are no hogs by this mark: the heartbeat of vm.kubelet_stress waits
+ * behind credited busy threads (a capped pod's, stress-ng's yield and affinity threads, the
+ * followed job's), and its p90 stays 16-19 ms. Counted as owed_cut.
  *
  * COUNTING. llc_front.decided_waiting counts the decided threads that ops.enqueue put in that
  * LLC's queue and that have not run since (task_ctx.decided_queued says in which LLC's count a

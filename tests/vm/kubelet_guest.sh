@@ -245,7 +245,7 @@ acting=$(echo "$m" | sed -n 's/^zernel_scheduler_backend_info{backend="\([a-z_]*
 r "daemon: backend $acting, ejections $ej, $(echo "$m" | grep '^zernel_scheduler_backend_state.* 1$')"
 # The scheduler's queues (one per LLC) and the dispatches between them, for the record.
 r "scheduler: $(grep -m1 -oE '[0-9]+ queues?[^,;)]*' /tmp/d.log); dispatches $(echo "$m" | awk -F'[{}"= ]+' \
-  '/^zernel_scheduler_bpf_events_total\{kind="(local|global|llc_steal|starve_rescue|throttled|tree_change|share_walk)"\}/ { printf "%s %s ", $3, $NF }')"
+  '/^zernel_scheduler_bpf_events_total\{kind="(local|global|llc_steal|starve_rescue|throttled|tree_change|share_walk|yield_cut|owed_cut)"\}/ { printf "%s %s ", $3, $NF }')"
 [ "$acting" = "$backend" ] && [ "$ej" = 0 ] && ok "the $backend backend acts, no ejection counted" ||
   bad "the daemon's backend is '$acting' after $ej ejection(s): $(grep -m1 'ended the scheduler' /tmp/d.log)"
 r "stress-ng rc $stress_rc: $(grep -E 'stress-ng: (info|metrc|fail).*(cpu|fork|affinity|switch|futex|yield) ' /tmp/stress.out | tr -s ' ' | tr '\n' ';')"
