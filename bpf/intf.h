@@ -84,8 +84,8 @@ enum zernel_times_us {
 	 * 3 ms, EEVDF's base slice on a node of 8 CPUs or more. */
 	ZERNEL_YIELD_RUN_US = 3000,
 	/* ... and also for a woken thread of an earlier key at the head of that queue when the task
-	 * is a CPU hog: it has not slept for this long, or its runs between sleeps are this long
-	 * on average (OWED, sched/yield.bpf.h): five default slices. */
+	 * is a CPU hog: it has run this long since it last slept, or its runs between sleeps are
+	 * this long on average (OWED, sched/yield.bpf.h): five default slices. */
 	ZERNEL_OWED_HOG_US = 100000,
 	ZERNEL_SLICE_MIN_US = 100, /* slices are clamped to 100 us .. 1 s */
 	ZERNEL_SLICE_MAX_US = 1000000,

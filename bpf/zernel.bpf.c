@@ -60,9 +60,9 @@
  *   its LLC's front only; with several LLCs a dispatch reads one other LLC's head and front.
  * - ops.tick reads the running task's slice and does nothing more until it has run 3 ms of it,
  *   while no cgroup has a quota and phases do not come from events; after that, its LLC's count
- *   of waiting decided threads and a peek at its LLC's queue (yield.bpf.h), and while that holds a
- *   task, one task-storage lookup per tick (250 a second per busy CPU at HZ=250); with phases from
- *   events a second for a thread of a decided process.
+ *   of waiting decided threads and a peek at its LLC's queue (yield.bpf.h), and one task-storage
+ *   lookup per tick while that holds a task (250 a second per busy CPU at HZ=250), two when the
+ *   head woke; with phases from events one more for a thread of a decided process.
  * - Nothing is written for the victim search on the hot paths (preempt.bpf.h); the rescue DSQ is
  *   looked at only while the starvation scan has flagged it (rescue.bpf.h); counters are per-CPU
  *   array slots (common.bpf.h).

@@ -14,8 +14,9 @@
  * decided thread waiting, paid 7 % at 8 vCPUs against scx_simple (docs/benchmarks.md, "Slices of
  * the rest of the node"): the cut is only needed while a decided thread waits.
  *
- * OWED. Without a decided thread waiting, a CPU hog without a decision (it has not slept for
- * ZERNEL_OWED_HOG_US, 100 ms, or its runs between sleeps are that long on average) that has run
+ * OWED. Without a decided thread waiting, a CPU hog without a decision (it has run
+ * ZERNEL_OWED_HOG_US, 100 ms, since it last slept, or its runs between sleeps are that long on
+ * average) that has run
  * 3 ms of its slice also ends it at a tick for the head of its LLC's queue when that head woke
  * (it slept: queued_woken), may run on the hog's CPU and has a key before the hog's (its vtime
  * charged up to the tick plus its request: the comparison ops.dispatch makes at the end of a
@@ -25,9 +26,9 @@
  * it leaves the CPU by itself. In the micro-benchmark's messaging load (80 tasks on 8 vCPUs,
  * senders that write for a while, receivers that wake for them), cutting any run of 3 ms for a
  * woken head of an earlier key cost 2.5-3 % (149 cuts in a 0.5 s round, with a wait of 3 ms
- * asked of the head): a cut sender holds up the receivers it feeds. With "not slept for 20 ms"
- * as the hog's mark, 68-113 cuts a round and 2-3 %; with 100 ms, 0-3 cuts and no cost that
- * the benchmark sees (docs/benchmarks.md, "A woken thread ends a hog's slice").
+ * asked of the head): a cut sender holds up the receivers it feeds. With "ran 20 ms since it
+ * last slept" as the hog's mark, 68-113 cuts a round and 2-3 %; with 100 ms, 0-3 cuts and no
+ * cost that the benchmark sees (docs/benchmarks.md, "A woken thread ends a hog's slice").
  *
  * Why the cut: with 20 ms slices and no preemption for a task without a decision, a thread that
  * woke beside CPU hogs waited for a hog's slice to end: one that wakes every 20 ms beside three
@@ -59,8 +60,8 @@
  * ops.enqueue and is not counted while it waits there. OWED looks at the head of the queue only:
  * a head pinned to another CPU hides an owed thread behind it until the head leaves. A thread
  * with a decision is never cut so: its phase's slice is its policy's. A busy thread that sleeps
- * at least every 100 ms (a messaging sender, a CPU-bound loop with a short sleep in it) is no hog
- * by this mark: a thread woken behind it waits, as before, for it to sleep or for its slice's
+ * within every 100 ms of its run (a messaging sender, a CPU-bound loop with a short sleep) is no
+ * hog by this mark: a thread woken behind it waits, as before, for it to sleep or for its slice's
  * end (20 ms at most).
  */
 #ifndef ZERNEL_SCHED_YIELD_BPF_H
@@ -93,16 +94,16 @@ static __always_inline void yield_unqueued(const struct task_struct *p, struct t
 	tctx->decided_queued = 0;
 }
 
-/*
- * ops.tick: a decided thread waits in the queue of p's LLC and p has run YIELD_RUN_NS (the
- * caller checks that p has no decision).
- */
 /* p has run YIELD_RUN_NS of a default slice (a task without a decision has one). */
 static __always_inline bool yield_ran(const struct task_struct *p)
 {
 	return p->scx.slice && p->scx.slice + YIELD_RUN_NS <= SLICE_DFL_NS;
 }
 
+/*
+ * ops.tick: a decided thread waits in the queue of p's LLC and p has run YIELD_RUN_NS (the
+ * caller checks that p has no decision).
+ */
 static __always_inline bool yield_due(struct task_struct *p)
 {
 	return yield_ran(p) && llc_state(task_llc(p))->decided_waiting > 0;
