@@ -193,12 +193,15 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	else
 		share = joined_share(tctx, task_account(p, tctx));
 	key = tctx->pub.vtime + vtime_for(task_request(tctx), share);
+	/*
+	 * Read only while it heads its LLC's queue (OWED, yield.bpf.h), where it comes below or,
+	 * parked, by release_parked.
+	 */
+	tctx->queued_woken = (enq_flags & SCX_ENQ_WAKEUP) ? 1 : 0;
 
 	/* Its cgroup (or an ancestor) spent its cpu.max quota: wait for the next period. */
 	if (task_throttled(tctx)) {
 		tctx->queue_key = key;
-		/* (release_parked moves it to its LLC's queue as it was queued here) */
-		tctx->queued_woken = (enq_flags & SCX_ENQ_WAKEUP) ? 1 : 0;
 		scx_bpf_dsq_insert(p, ZERNEL_DSQ_THROTTLED, tctx->slice_ns, enq_flags);
 		stat_inc(ZERNEL_STAT_THROTTLED);
 		return;
@@ -241,7 +244,6 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		return;
 	tctx->pub.queued_at = now_ns();
 	tctx->queue_key = key;
-	tctx->queued_woken = (enq_flags & SCX_ENQ_WAKEUP) ? 1 : 0;
 	scx_bpf_dsq_insert_vtime(p, llc_dsq(llc), tctx->slice_ns, key, enq_flags);
 	llc_mark_waiting(llc);
 	yield_queued(p, tctx, llc);

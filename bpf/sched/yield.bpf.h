@@ -16,19 +16,18 @@
  *
  * OWED. Without a decided thread waiting, a CPU hog without a decision (it has run
  * ZERNEL_OWED_HOG_US, 100 ms, since it last slept, or its runs between sleeps are that long on
- * average) that has run
- * 3 ms of its slice also ends it at a tick for the head of its LLC's queue when that head woke
- * (it slept: queued_woken), may run on the hog's CPU and has a key before the hog's (its vtime
- * charged up to the tick plus its request: the comparison ops.dispatch makes at the end of a
- * slice, keep_prev), as EEVDF preempts for a woken task of an earlier deadline. Not for a head
- * put back at the end of its own run: hogs that compete take turns of a whole slice, 20 ms as
- * under scx_simple, and do not cut each other every tick. Not a thread that sleeps now and then:
- * it leaves the CPU by itself. In the micro-benchmark's messaging load (80 tasks on 8 vCPUs,
+ * average) that has run 3 ms of its slice also ends it at a tick for the head of its LLC's queue
+ * when that head woke (it slept: queued_woken), may run on the hog's CPU and has a key before the
+ * hog's (its vtime charged up to the tick plus its request: the comparison ops.dispatch makes at
+ * the end of a slice, keep_prev), as EEVDF preempts for a woken task of an earlier deadline. Not
+ * for a head put back at the end of its own run: hogs that compete take turns of a whole slice, 20
+ * ms as under scx_simple, and do not cut each other every tick. Not a thread that sleeps now and
+ * then: it leaves the CPU by itself. In the micro-benchmark's messaging load (80 tasks on 8 vCPUs,
  * senders that write for a while, receivers that wake for them), cutting any run of 3 ms for a
- * woken head of an earlier key cost 2.5-3 % (149 cuts in a 0.5 s round, with a wait of 3 ms
- * asked of the head): a cut sender holds up the receivers it feeds. With "ran 20 ms since it
- * last slept" as the hog's mark, 68-113 cuts a round and 2-3 %; with 100 ms, 0-3 cuts and no
- * cost that the benchmark sees (docs/benchmarks.md, "A woken thread ends a hog's slice").
+ * woken head of an earlier key cost 2.5-3 % (149 cuts in a 0.5 s round, with a wait of 3 ms asked
+ * of the head): a cut sender holds up the receivers it feeds. With "ran 20 ms since it last slept"
+ * as the hog's mark, 68-113 cuts a round and 2-3 %; with 100 ms, 0-3 cuts and no cost that the
+ * benchmark sees (docs/benchmarks.md, "A woken thread ends a hog's slice").
  *
  * Why the cut: with 20 ms slices and no preemption for a task without a decision, a thread that
  * woke beside CPU hogs waited for a hog's slice to end: one that wakes every 20 ms beside three
@@ -101,12 +100,12 @@ static __always_inline bool yield_ran(const struct task_struct *p)
 }
 
 /*
- * ops.tick: a decided thread waits in the queue of p's LLC and p has run YIELD_RUN_NS (the
+ * ops.tick, p ran YIELD_RUN_NS (yield_ran): a decided thread waits in the queue of p's LLC (the
  * caller checks that p has no decision).
  */
 static __always_inline bool yield_due(struct task_struct *p)
 {
-	return yield_ran(p) && llc_state(task_llc(p))->decided_waiting > 0;
+	return llc_state(task_llc(p))->decided_waiting > 0;
 }
 
 /*
