@@ -20,8 +20,10 @@
 # line; last, how fast the zernel arm's scheduler applied phase changes (the phase_delay_*
 # counters the daemon logs at exit, summed over the reps: docs/sched-ext.md "How fast a phase
 # change is applied"), and the phase timer's looks a second per vCPU over the job's runs (its
-# cost). ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off" keeps the host's load off the guest's
-# clock (tests/vm/run-in-vm.sh).
+# cost). Each zernel or periodic run also prints the scheduler's counters of what reorders its
+# queue ("@@ events": preemption kicks, starvation rescues, yield and owed cuts, LLC steals).
+# ZERNEL_VM_QEMU_ARGS="-icount shift=0,sleep=off" keeps the host's load off the guest's clock
+# (tests/vm/run-in-vm.sh).
 #
 #   bench/vm/protection.sh [--reps N] [--steps N] [--warmup-steps N] [--job-args 'ARGS']
 #                          [--arms 'solo half stock periodic zernel'] [--detail]
@@ -149,9 +151,13 @@ run() {
       echo "@@ FAILED: zernel-scheduler ($arm) ended during the run: $(tail -n 3 /tmp/daemon.$arm.$rep.log)"
       exit 1
     fi
+    # The scheduler's counters of what reorders the queue (docs/operations.md), for the record.
+    ev=$(wget -q -O - http://127.0.0.1:19093/metrics 2> /dev/null | awk -F'[{}"= ]+' \
+      '/^zernel_scheduler_bpf_events_total\{kind="(kick_preempt|preempt_wait|starve_rescue|yield_cut|owed_cut|llc_steal)"\}/ { printf "%s %s ", $3, $NF }')
     kill $d
     wait $d
     echo "@@ daemon $arm rep $rep: $(grep -o 'at exit: .*' /tmp/daemon.$arm.$rep.log)"
+    echo "@@ events $arm rep $rep: $ev"
   fi
   echo "@@ run $arm rep $rep: $(tail -n 1 /tmp/$arm.$rep.json)"
   [ "$detail" = 1 ] && detail_of $arm $rep $job
