@@ -482,6 +482,7 @@ s32 BPF_STRUCT_OPS(zernel_init_task, struct task_struct *p, struct scx_init_task
 	tctx->tenant = ZERNEL_NO_TENANT;
 	tctx->phase = ZERNEL_NO_PHASE;
 	tctx->applied_phase = ZERNEL_NO_PHASE;
+	tctx->kthread = (p->flags & PF_KTHREAD) ? 1 : 0;
 	tctx->cgroup_node = 0;
 	if (bpf_core_field_exists(args->cgroup) && args->cgroup)
 		tctx->cgroup_node = cgrp_node_id(args->cgroup);

@@ -50,6 +50,17 @@
  * the same factor for all of them, so the splits between them are the same (the queue orders by
  * vtime, and every thread's vtime then grows by the same factor faster).
  *
+ * Kernel threads of the root (PF_KTHREAD: task_ctx.kthread, root_alone) do not write that sum:
+ * a kernel thread's own share counts its weight in it (S + w, as if it had joined), no other
+ * thread's share counts it. On a node whose user space lives in cgroups (systemd's slices, the
+ * kubelet's pods) the root holds only kernel threads, the per-CPU ones waking on every CPU all the
+ * time, so own_weight was a line every CPU wrote on the wakeup path (issue 24 item 2); now it is
+ * written only by user threads left in the root (a test VM's), S is 0 on such a node, and each
+ * kernel thread competes as the whole root group (OWN / D), as CFS lets each root-cgroup thread
+ * compete. Nor does a kernel thread move the shares of the root's user threads any more: a nice
+ * -20 kernel worker runnable for a moment had made the root's own group weigh 91,800, not 2,048,
+ * and their shares 45 times smaller (vtime.bpf.h, ORDER WITHIN THE QUEUE).
+ *
  * COST. A thread of the root cgroup uses root_node in .bss: no map lookup. A thread of another
  * cgroup takes one hash lookup of its node per callback that accounts it (task_node: at a wakeup
  * in ops.select_cpu and again in ops.enqueue; at a stop, of the node it joined), plus one per
@@ -69,11 +80,14 @@
  *   briefly take more than its share (the thundering herd scx_flatcg describes). The error is
  *   bounded by one slice per thread.
  * - A node's own threads compete with its children as one group of weight 100, where CFS lets
- *   each root-cgroup thread compete alone: on a real node the root holds kernel threads, and
- *   treating them as one group, always counted (ROOT GROUP), keeps D(root) and the cached
- *   shares stable.
- * - The root's own_weight is still one sum that every CPU writes at a root-cgroup thread's
- *   wakeup and sleep (one atomic add each).
+ *   each thread of the root cgroup compete alone: the root's kernel threads do beside no user
+ *   thread of the root (ROOT GROUP), the other threads share their node's group, always counted
+ *   for the root, which keeps D(root) and the cached shares stable. Several runnable kernel
+ *   threads together may take more than the root group's share, as under CFS, and the root's
+ *   user threads do not count them in their own shares.
+ * - The root's own_weight is still one sum that every CPU writes at the wakeup and sleep of a
+ *   user thread of the root cgroup (one atomic add each): on a test VM most threads; on a node
+ *   whose user space is in cgroups, none.
  * - The share of a thread running alone on a CPU of a many-CPU machine is a fraction of the
  *   machine it cannot exceed on one CPU; vtime then falls behind and the lag bound (vtime.bpf.h),
  *   not the share, decides what it has when competition arrives (within two slices).
@@ -203,12 +217,21 @@ static void tenant_load_add(u64 id, s64 w, s64 n)
 	}
 }
 
+/* A kernel thread of the root cgroup: it writes nothing to the root's sum (ROOT GROUP). */
+static __always_inline bool root_alone(const struct task_ctx *tctx, u64 id)
+{
+	return !id && tctx->kthread;
+}
+
 /*
  * A runnable thread of weight w joins node n, of id id (its own threads). The root's own group is
- * always active (ROOT GROUP above): its threads add their weight and nothing else.
+ * always active (ROOT GROUP above): its threads add their weight and nothing else, and its kernel
+ * threads (`alone`) not even that (share_in counts a kernel thread in its own share only).
  */
-static __always_inline void node_join(struct znode *n, u64 id, s64 w)
+static __always_inline void node_join(struct znode *n, u64 id, s64 w, bool alone)
 {
+	if (alone)
+		return;
 	__sync_fetch_and_add(&n->own_weight, w);
 	if (!id)
 		return;
@@ -217,8 +240,10 @@ static __always_inline void node_join(struct znode *n, u64 id, s64 w)
 		zernel_propagate_activity(id, 1);
 }
 
-static __always_inline void node_leave(struct znode *n, u64 id, s64 w)
+static __always_inline void node_leave(struct znode *n, u64 id, s64 w, bool alone)
 {
+	if (alone)
+		return;
 	__sync_fetch_and_sub(&n->own_weight, w);
 	if (!id)
 		return;
@@ -275,7 +300,8 @@ static __always_inline void task_unaccount_in(struct task_ctx *tctx, struct znod
 	if (!tctx->joined)
 		return;
 	if (n)
-		node_leave(n, tctx->joined_node, tctx->pub.contrib_weight);
+		node_leave(n, tctx->joined_node, tctx->pub.contrib_weight,
+			   root_alone(tctx, tctx->joined_node));
 	tctx->joined = 0;
 	tctx->pub.contrib_weight = 0;
 	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
@@ -304,7 +330,9 @@ static __always_inline struct znode *task_account(struct task_struct *p, struct 
 		return n;
 	if (tctx->joined) /* a wakeup (not joined) makes no call */
 		task_unaccount(tctx);
-	node_join(n, id, w);
+	/* Read at each join (a kernel thread that execs a user program is one no longer). */
+	tctx->kthread = (p->flags & PF_KTHREAD) ? 1 : 0;
+	node_join(n, id, w, root_alone(tctx, id));
 	tctx->joined = 1;
 	tctx->joined_node = id;
 	tc->contrib_weight = w;
@@ -386,6 +414,8 @@ static __always_inline u64 share_in(struct task_ctx *tctx, struct znode *n, u64 
 	}
 	/* Its weight among its node's own threads, times their group's among the node's children. */
 	own = (u64)n->own_weight;
+	if (root_alone(tctx, id)) /* counted as if it had joined, without writing the sum */
+		own += w;
 	if ((s64)own < (s64)w)
 		own = w;
 	d = (u64)n->child_weight;

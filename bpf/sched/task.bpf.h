@@ -49,6 +49,9 @@ struct task_ctx {
 	u8 wakeup_counted;  /* 1: ops.select_cpu counted this wakeup (ops.stopping of the
 			     * sleep clears) */
 	u8 joined;	    /* 1: counted in joined_node's runnable weight (pub.contrib_weight) */
+	u8 kthread;	    /* 1: a kernel thread (PF_KTHREAD, as of its last join): in the root
+			     * cgroup it writes nothing to the root's own sum (share.bpf.h, ROOT
+			     * GROUP) */
 	u8 limited;	    /* 1: its cgroup or an ancestor has a cpu.max quota (as share_in
 			     * last found) */
 	u8 applied_phase;   /* zernel_phase_policy index it is scheduled by now; ZERNEL_NO_PHASE:
