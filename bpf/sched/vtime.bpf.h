@@ -30,8 +30,9 @@
  * the root's own group weighed 91,800 for a moment, not 2,048) divided a 20 ms slice into a
  * request of 5.4 s of virtual time, which the front takes a second of the machine to reach: the
  * daemon and rcu_preempt each waited 1.06 s so, rescued by the starvation bound (traced in the
- * VM beside hogs, issue 24 item 6). A 100 us burst's request is 200 times shorter. A thread put
- * back at the end of its slice has run the slice: its request is the slice, as before.
+ * VM beside hogs, issue 24 item 6; kernel threads no longer enter that sum: share.bpf.h, ROOT
+ * GROUP). A 100 us burst's request is 200 times shorter. A thread put back at the end of its
+ * slice has run the slice: its request is the slice, as before.
  *
  * LAG. vtime_now, the front of an LLC's queue (llc_fronts), is the largest queue key at the head
  * of that queue when one of its CPUs took a task from it (ops.dispatch), or that one kept
