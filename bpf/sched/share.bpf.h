@@ -225,13 +225,11 @@ static __always_inline bool root_alone(const struct task_ctx *tctx, u64 id)
 
 /*
  * A runnable thread of weight w joins node n, of id id (its own threads). The root's own group is
- * always active (ROOT GROUP above): its threads add their weight and nothing else, and its kernel
- * threads (`alone`) not even that (share_in counts a kernel thread in its own share only).
+ * always active (ROOT GROUP above): its threads add their weight and nothing else. Its kernel
+ * threads do not join at all (root_alone: their callers skip this and node_leave).
  */
-static __always_inline void node_join(struct znode *n, u64 id, s64 w, bool alone)
+static __always_inline void node_join(struct znode *n, u64 id, s64 w)
 {
-	if (alone)
-		return;
 	__sync_fetch_and_add(&n->own_weight, w);
 	if (!id)
 		return;
@@ -240,10 +238,8 @@ static __always_inline void node_join(struct znode *n, u64 id, s64 w, bool alone
 		zernel_propagate_activity(id, 1);
 }
 
-static __always_inline void node_leave(struct znode *n, u64 id, s64 w, bool alone)
+static __always_inline void node_leave(struct znode *n, u64 id, s64 w)
 {
-	if (alone)
-		return;
 	__sync_fetch_and_sub(&n->own_weight, w);
 	if (!id)
 		return;
@@ -299,9 +295,8 @@ static __always_inline void task_unaccount_in(struct task_ctx *tctx, struct znod
 {
 	if (!tctx->joined)
 		return;
-	if (n)
-		node_leave(n, tctx->joined_node, tctx->pub.contrib_weight,
-			   root_alone(tctx, tctx->joined_node));
+	if (n && !root_alone(tctx, tctx->joined_node))
+		node_leave(n, tctx->joined_node, tctx->pub.contrib_weight);
 	tctx->joined = 0;
 	tctx->pub.contrib_weight = 0;
 	tctx->pub.contrib_tenant = ZERNEL_NO_TENANT;
@@ -332,7 +327,8 @@ static __always_inline struct znode *task_account(struct task_struct *p, struct 
 		task_unaccount(tctx);
 	/* Read at each join (a kernel thread that execs a user program is one no longer). */
 	tctx->kthread = (p->flags & PF_KTHREAD) ? 1 : 0;
-	node_join(n, id, w, root_alone(tctx, id));
+	if (!root_alone(tctx, id))
+		node_join(n, id, w);
 	tctx->joined = 1;
 	tctx->joined_node = id;
 	tc->contrib_weight = w;
