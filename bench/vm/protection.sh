@@ -76,8 +76,9 @@ mkdir -p $CG/z_job $CG/z_noise
 export TMPDIR=/tmp
 # The daemon's HTTP port is on 127.0.0.1 (a kernel may leave the loopback down).
 ip link set lo up
-printf '[telemetry]\nmetrics_port = 19093\n' > /tmp/zernel.toml
-printf '[telemetry]\nmetrics_port = 19093\n[phase_detection]\nmode = "periodic"\n' > /tmp/periodic.toml
+port=19093 # the daemon's /metrics, read at the end of each run
+printf '[telemetry]\nmetrics_port = %s\n' $port > /tmp/zernel.toml
+printf '[telemetry]\nmetrics_port = %s\n[phase_detection]\nmode = "periodic"\n' $port > /tmp/periodic.toml
 num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" "$2"; }
 # sample FILE (--detail): every 0.2 s, "CGROUP TID PPID run_ns wait_ns slices" of each thread,
 # read with the shell's own `read` (no process per thread: the guest's CPU is what is measured)
@@ -152,7 +153,7 @@ run() {
       exit 1
     fi
     # The scheduler's counters of what reorders the queue (docs/operations.md), for the record.
-    ev=$(wget -q -O - http://127.0.0.1:19093/metrics 2> /dev/null | awk -F'[{}"= ]+' \
+    ev=$(wget -q -O - http://127.0.0.1:$port/metrics 2> /dev/null | awk -F'[{}"= ]+' \
       '/^zernel_scheduler_bpf_events_total\{kind="(kick_preempt|preempt_wait|starve_rescue|yield_cut|owed_cut|llc_steal)"\}/ { printf "%s %s ", $3, $NF }')
     kill $d
     wait $d
