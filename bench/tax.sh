@@ -15,7 +15,14 @@
 # --reps times, so the figures compare within one run.
 #
 #   bench/tax.sh [--bin DIR]... [--tax PATH] [--rounds N] [--reps N] [--cpu N] [--scale F]
-#                [--job-args "ZERNEL-WORKLOAD FLAGS"] [--keep DIR]
+#                [--job-args "ZERNEL-WORKLOAD FLAGS"] [--bpf-stats] [--keep DIR]
+#
+# --bpf-stats: the kernel's run-time statistics of BPF programs (kernel.bpf_stats_enabled, set
+# back at exit) while the daemon runs, and, per build and condition, what each of its programs
+# ran during the unfollowed measurement (runs, ns per run, taken from the daemon's descriptors'
+# fdinfo): a figure the host's noise hardly moves, unlike the calls' best times. The statistics
+# add two clock reads to every run of every program, so they overstate the cost a little; the
+# call timings of such a run include that too.
 #
 # root (the daemon loads BPF). --bin defaults to build/bin; bench_tax comes from --tax (default
 # build/bin/bench_tax) and is the same program for every build. Prints a table per build and
@@ -34,6 +41,7 @@ reps=3
 cpu=0
 scale=1
 keep=""
+bpf_stats=0
 job_args="--ranks 1 --workers 1 --steps 1000000 --data-ms 5 --gpu-ms 40 --nccl-ms 2 --optimizer-ms 4 --batch-kib 64"
 usage() {
   awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0" >&2
@@ -49,6 +57,7 @@ while [[ $# -gt 0 ]]; do
     --scale) scale=$2; shift 2 ;;
     --job-args) job_args=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --bpf-stats) bpf_stats=1; shift ;;
     -h | --help) usage ;;
     *) echo "tax.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -69,7 +78,9 @@ daemon_pid=""
 job=""
 seg=/zernel-tax-$$           # the daemon's emulated GPU (and the job's, and the followed run's)
 other=/zernel-tax-$$-other   # a segment the daemon does not see
+stats_was=""
 cleanup() {
+  [[ -n $stats_was ]] && sysctl -qw kernel.bpf_stats_enabled="$stats_was"
   [[ -n $job ]] && kill -TERM "$job" 2> /dev/null && wait "$job" 2> /dev/null
   [[ -n $daemon_pid ]] && kill -TERM "$daemon_pid" 2> /dev/null && wait "$daemon_pid" 2> /dev/null
   rm -f "/dev/shm${seg}" "/dev/shm${other}"
@@ -135,6 +146,30 @@ stop_job() {
   job=""
 }
 
+# "PROG_ID RUN_TIME_NS RUN_CNT" of each BPF program the process holds a descriptor of.
+prog_stats() { # PID
+  local f
+  for f in /proc/"$1"/fdinfo/*; do
+    awk '/^prog_id:/ {id = $2} /^run_time_ns:/ {t = $2} /^run_cnt:/ {c = $2}
+         END {if (id != "") print id, t, c}' "$f" 2> /dev/null
+  done | sort -u -n
+}
+
+# What the daemon's programs ran between two prog_stats snapshots, one line per program that ran:
+# "tax.sh: bpf LABEL COND: NAME (ID) RUNS runs, NS ns a run".
+prog_report() { # LABEL COND BEFORE AFTER
+  local name id runs ns ran=0
+  while read -r id t0 c0 t1 c1; do
+    runs=$((c1 - c0))
+    [[ $runs -gt 0 ]] || continue
+    ran=1
+    ns=$(((t1 - t0) / runs))
+    name=$(bpftool prog show id "$id" 2> /dev/null | sed -n '1s/.* name \([^ ]*\).*/\1/p')
+    echo "tax.sh: bpf $1 $2: ${name:-prog} ($id) $runs runs, $ns ns a run" >&2
+  done < <(join <(echo "$3") <(echo "$4"))
+  [[ $ran == 1 ]] || echo "tax.sh: bpf $1 $2: none of the daemon's $(echo "$3" | grep -c .) programs ran" >&2
+}
+
 # One bench_tax run not followed (its own segment): its JSON line.
 run_unfollowed() {
   ZERNEL_FAKE_GPU_SHM=$other "$tax" --rounds "$rounds" --cpu "$cpu" --scale "$scale" \
@@ -188,6 +223,11 @@ for i in "${!bins[@]}"; do
   seen[$l]=1
   labels+=("$l")
 done
+if [[ $bpf_stats == 1 ]]; then
+  command -v bpftool > /dev/null || PATH=$PATH:$root/build/_deps/bpf/bin
+  stats_was=$(sysctl -n kernel.bpf_stats_enabled) || fail "no kernel.bpf_stats_enabled"
+  sysctl -qw kernel.bpf_stats_enabled=1 || fail "could not set kernel.bpf_stats_enabled"
+fi
 echo "tax.sh: ${#bins[@]} build(s) x 4 conditions x $reps repetitions, best of $rounds rounds; load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 for rep in $(seq "$reps"); do
   for cond in none idle jobonly job; do
@@ -197,7 +237,10 @@ for rep in $(seq "$reps"); do
       [[ $cond == idle || $cond == job ]] && daemon_on=1
       [[ $daemon_on == 1 ]] && run_daemon "$b" "$label"
       [[ $cond == job* ]] && start_job "$b" "$label" "$daemon_on"
+      [[ $bpf_stats == 1 && $daemon_on == 1 ]] && before=$(prog_stats "$daemon_pid")
       record "$label" "$cond" unfollowed "$rep" "$(run_unfollowed)"
+      [[ $bpf_stats == 1 && $daemon_on == 1 ]] &&
+        prog_report "$label" "$cond rep $rep" "$before" "$(prog_stats "$daemon_pid")"
       record "$label" "$cond" followed "$rep" "$(run_followed "$daemon_on")"
       [[ $cond == job* ]] && stop_job
       [[ $daemon_on == 1 ]] && end_daemon

@@ -29,7 +29,8 @@
 # SCX_BENCH_PRODUCT=1 (the whole product against scx_simple, issue 21: a small training job on the
 # emulated GPU runs beside every arm, and an arm zernel_product runs zernel-scheduler --backend
 # sched_ext --emulated-gpu, probes and all, following it; with SCX_BENCH_BPFSTATS its probes' BPF
-# time per round trip is printed too), ZERNEL_VM_SMP (vCPUs, 2; 4 and 8 for the growth with the
+# time per round trip is printed too; every arm reports the job's CPU during each load, and the
+# product arm its daemon's CPU and the scheduler's preemption and cut counters), ZERNEL_VM_SMP (vCPUs, 2; 4 and 8 for the growth with the
 # CPU count, issue 24: bench/vm/scale.sh).
 # Placement: each pipe run also reports where the pair ran (same-CPU share of round trips,
 # migrations, involuntary switches; the guest adds IPIs per round trip). A run with both on one
@@ -124,6 +125,19 @@ for s in $scheds; do
     }' "$log"
 done
 echo "($(grep -c '^@@ bench round' "$log") rounds; every figure a median over them)"
+# With SCX_BENCH_PRODUCT: the CPU the job beside every arm took during each load (medians), which
+# the arms' figures pay for: a job the product follows is served before the benchmark's tasks.
+if grep -q '^@@ bench [a-z_]* round [0-9]* job cpu during' "$log"; then
+  echo
+  echo "| scheduler | the job's CPU during the pipe run, ms | the job's CPU during the msg run, ms |"
+  echo "| --- | --- | --- |"
+  for s in $scheds; do
+    awk -v s="$s" "$awk_med"'
+      $1 == "@@" && $2 == "bench" && $3 == s && $6 == "job" && $7 == "cpu" {
+        if ($9 == "pipe") p[++np] = $10; else if ($9 == "msg") m[++nm] = $10 }
+      END { printf "| %s | %s | %s |\n", s, med(p, np), med(m, nm) }' "$log"
+  done
+fi
 # Every round's pipe figure, and where the pair ran: the share of round trips with both processes
 # on one CPU, round by round; the median pipe figure over the rounds in which the pair ran mostly
 # on one CPU (same CPU >= 50 %) and over those on two (the two placements differ by about 20 %,

@@ -395,7 +395,9 @@ bench_one() {
   [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost) && p0=$(bpf_cost probes) &&
     bpf_progs > /tmp/progs0
   i0=$(ipis)
+  j0=$(job_cpu_ms)
   r "bench $1 round $2 $(bench_in zernel-schedbench pipe "$rt")"
+  [ -n "$job" ] && r "bench $1 round $2 job cpu during pipe $(($(job_cpu_ms) - j0)) ms"
   # Rescheduling and function-call IPIs (all CPUs) per 100 round trips: cross-CPU wakeups.
   i1=$(ipis)
   set -- "$1" "$2" $i0 $i1
@@ -416,7 +418,11 @@ bench_one() {
       r "bench $1 round $2 probes $((($6 - $4) / rt)) ns in $((($5 - $3) * 10 / rt)) calls/10 per round trip"
   fi
   [ -n "${SCX_BENCH_BPFSTATS:-}" ] && bpf_progs > /tmp/progs0
+  j0=$(job_cpu_ms)
   r "bench $1 round $2 $(bench_in zernel-schedbench msg 4 200)"
+  # With SCX_BENCH_PRODUCT, the CPU the job beside it took meanwhile: a job the product follows
+  # is served before the 80 tasks, where the other arms let them crowd it out.
+  [ -n "$job" ] && r "bench $1 round $2 job cpu during msg $(($(job_cpu_ms) - j0)) ms"
   # Per callback under the messaging load, which keeps every CPU busy (4 groups of 20 tasks): the
   # cost per call as the CPU count grows (issue 24), where the pipe pair leaves most CPUs idle.
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
@@ -450,6 +456,26 @@ product_follows() {
   done
 }
 
+# job_cpu_ms: the CPU time so far of every thread of the SCX_BENCH_PRODUCT job (its processes,
+# named zernel-workload), in ms; empty without the job.
+job_cpu_ms() {
+  [ -n "$job" ] || return 0
+  for c in /proc/[0-9]*/comm; do
+    [ "$(cat "$c" 2> /dev/null)" = zernel-workload ] && cat "${c%comm}"task/*/schedstat 2> /dev/null
+  done | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
+}
+# product_cpu_ms PID: the CPU time of every thread of PID so far, in ms.
+product_cpu_ms() { cat /proc/"$1"/task/*/schedstat 2> /dev/null | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'; }
+# product_events: "KIND COUNT ..." of the scheduler's counters that cut or preempt a slice, from
+# the zernel_product arm's daemon; product_events_delta BEFORE AFTER: "KIND +N ..." between two.
+product_events() {
+  wget -q -O - http://127.0.0.1:19099/metrics 2> /dev/null | awk -F'[{}"= ]+' \
+    '/^zernel_scheduler_bpf_events_total\{kind="(kick_preempt|yield_cut|owed_cut|phase_kick|starve_rescue)"\}/ { printf "%s %s ", $3, $NF }'
+}
+product_events_delta() {
+  echo "$1" "$2" | awk '{ n = NF / 2; for (i = 1; i < n; i += 2) printf "%s +%d ", $i, $(n + i + 1) - $(i + 1) }'
+}
+
 # bench_sched NAME ROUND: loads scheduler NAME, runs bench_one, unloads it. NAME is eevdf (the
 # default scheduler: nothing to load), zernel, zernel_base (the driver in $SCX_BENCH_BASE: an
 # older build to compare a change with), zernel_product (the daemon with --backend sched_ext and
@@ -474,7 +500,12 @@ bench_sched() {
         --control-socket '' > /tmp/daemon.log 2>&1 &
       dp=$!
       if wait_state enabled 6000 > /dev/null && product_follows; then
+        e0=$(product_events) c0=$(product_cpu_ms $dp)
         bench_one "$1" "$2"
+        # What the daemon took and reordered while the two loads ran: its own CPU (every thread),
+        # and the scheduler's counters that end or preempt another task's slice.
+        c1=$(product_cpu_ms $dp)
+        r "bench $1 round $2 daemon cpu $((c1 - c0)) ms; events $(product_events_delta "$e0" "$(product_events)")"
         kill -TERM $dp; wait $dp; wait_state disabled 500 > /dev/null
       else
         bad "the daemon did not attach or follow the job: $(tail -n 3 /tmp/daemon.log)"
