@@ -150,9 +150,10 @@ stop_job() {
 prog_stats() { # PID
   local f
   for f in /proc/"$1"/fdinfo/*; do
+    # (a link's fdinfo names its program too, without the statistics: skipped)
     awk '/^prog_id:/ {id = $2} /^run_time_ns:/ {t = $2} /^run_cnt:/ {c = $2}
-         END {if (id != "") print id, t, c}' "$f" 2> /dev/null
-  done | sort -u -n
+         END {if (id != "" && c != "") print id, t, c}' "$f" 2> /dev/null
+  done | sort -u  # in join's order
 }
 
 # What the daemon's programs ran between two prog_stats snapshots, one line per program that ran:
@@ -166,7 +167,7 @@ prog_report() { # LABEL COND BEFORE AFTER
     ns=$(((t1 - t0) / runs))
     name=$(bpftool prog show id "$id" 2> /dev/null | sed -n '1s/.* name \([^ ]*\).*/\1/p')
     echo "tax.sh: bpf $1 $2: ${name:-prog} ($id) $runs runs, $ns ns a run" >&2
-  done < <(join <(echo "$3") <(echo "$4"))
+  done < <(join -a 2 -e 0 -o 0,1.2,1.3,2.2,2.3 <(echo "$3") <(echo "$4"))  # new ones from 0
   [[ $ran == 1 ]] || echo "tax.sh: bpf $1 $2: none of the daemon's $(echo "$3" | grep -c .) programs ran" >&2
 }
 

@@ -30,8 +30,8 @@
 # emulated GPU runs beside every arm, and an arm zernel_product runs zernel-scheduler --backend
 # sched_ext --emulated-gpu, probes and all, following it; with SCX_BENCH_BPFSTATS its probes' BPF
 # time per round trip is printed too; every arm reports the job's CPU during each load, and the
-# product arm its daemon's CPU and the scheduler's preemption and cut counters), ZERNEL_VM_SMP (vCPUs, 2; 4 and 8 for the growth with the
-# CPU count, issue 24: bench/vm/scale.sh).
+# product arm its daemon's CPU and the scheduler's preemption and cut counters), ZERNEL_VM_SMP
+# (vCPUs, 2; 4 and 8 for the growth with the CPU count, issue 24: bench/vm/scale.sh).
 # Placement: each pipe run also reports where the pair ran (same-CPU share of round trips,
 # migrations, involuntary switches; the guest adds IPIs per round trip). A run with both on one
 # CPU is about 20 % faster than one on two, and which a run gets is chance, for scx_simple as for

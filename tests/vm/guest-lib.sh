@@ -59,10 +59,12 @@ hog() { taskset -c "${1:-1}" sh -c 'while :; do :; done' > /dev/null 2>&1 & echo
 # cgroup_of PID: the process's cgroup v2 path (/job1).
 cgroup_of() { sed -n 's/^0:://p' "/proc/$1/cgroup"; }
 
-# bpf_progs: "NAME CALLS NS" per loaded struct_ops program (the sched_ext scheduler's callbacks),
-# from the kernel's BPF run-time statistics (kernel.bpf_stats_enabled on, bpftool in PATH).
+# bpf_progs [all]: "NAME CALLS NS" per loaded struct_ops program (the sched_ext scheduler's
+# callbacks; with "all", every loaded program: the daemon's probes too), from the kernel's BPF
+# run-time statistics (kernel.bpf_stats_enabled on, bpftool in PATH).
 bpf_progs() {
-  bpftool prog show 2> /dev/null | awk '$2 == "struct_ops" { n = ""; c = 0; t = 0
+  bpftool prog show 2> /dev/null | awk -v all="${1:-}" '$2 == "struct_ops" || all != "" {
+    n = ""; c = 0; t = 0
     for (i = 1; i < NF; i++) { if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1)
       if ($i == "run_cnt") c = $(i + 1) }
     if (n != "") print n, c, t }'

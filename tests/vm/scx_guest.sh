@@ -392,8 +392,11 @@ bench_in() {
 # bench_one NAME ROUND: pipe ping-pong and messaging once, under whatever scheduler is loaded.
 bench_one() {
   rt=${SCX_BENCH_PIPE:-20000}
+  # (the product arm: the probes' programs by name too)
+  progs_all=''
+  [ "$1" = zernel_product ] && progs_all=all
   [ -n "${SCX_BENCH_BPFSTATS:-}" ] && c0=$(bpf_cost) && p0=$(bpf_cost probes) &&
-    bpf_progs > /tmp/progs0
+    bpf_progs $progs_all > /tmp/progs0
   i0=$(ipis)
   j0=$(job_cpu_ms)
   r "bench $1 round $2 $(bench_in zernel-schedbench pipe "$rt")"
@@ -404,7 +407,7 @@ bench_one() {
   r "bench $1 round $2 ipi res $((($5 - $3) * 100 / rt)) cal $((($6 - $4) * 100 / rt)) per 100 round trips"
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
     c1=$(bpf_cost)
-    bpf_progs > /tmp/progs1
+    bpf_progs $progs_all > /tmp/progs1
     set -- "$1" "$2" $c0 $c1
     r "bench $1 round $2 bpf $((($6 - $4) / rt)) ns in $((($5 - $3) * 10 / rt)) calls/10 per round trip"
     # Per callback: ns per call and calls per 100 round trips.
@@ -417,7 +420,7 @@ bench_one() {
     [ "$3" = "$5" ] ||
       r "bench $1 round $2 probes $((($6 - $4) / rt)) ns in $((($5 - $3) * 10 / rt)) calls/10 per round trip"
   fi
-  [ -n "${SCX_BENCH_BPFSTATS:-}" ] && bpf_progs > /tmp/progs0
+  [ -n "${SCX_BENCH_BPFSTATS:-}" ] && bpf_progs $progs_all > /tmp/progs0
   j0=$(job_cpu_ms)
   r "bench $1 round $2 $(bench_in zernel-schedbench msg 4 200)"
   # With SCX_BENCH_PRODUCT, the CPU the job beside it took meanwhile: a job the product follows
@@ -426,7 +429,7 @@ bench_one() {
   # Per callback under the messaging load, which keeps every CPU busy (4 groups of 20 tasks): the
   # cost per call as the CPU count grows (issue 24), where the pipe pair leaves most CPUs idle.
   if [ -n "${SCX_BENCH_BPFSTATS:-}" ] && [ "$1" != eevdf ]; then
-    bpf_progs > /tmp/progs1
+    bpf_progs $progs_all > /tmp/progs1
     bpf_progs_delta "bench $1 round $2 msgprog" /tmp/progs0 /tmp/progs1
   fi
 }
@@ -465,7 +468,9 @@ job_cpu_ms() {
   done | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
 }
 # product_cpu_ms PID: the CPU time of every thread of PID so far, in ms.
-product_cpu_ms() { cat /proc/"$1"/task/*/schedstat 2> /dev/null | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'; }
+product_cpu_ms() {
+  cat /proc/"$1"/task/*/schedstat 2> /dev/null | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
+}
 # product_events: "KIND COUNT ..." of the scheduler's counters that cut or preempt a slice, from
 # the zernel_product arm's daemon; product_events_delta BEFORE AFTER: "KIND +N ..." between two.
 product_events() {
@@ -473,7 +478,9 @@ product_events() {
     '/^zernel_scheduler_bpf_events_total\{kind="(kick_preempt|yield_cut|owed_cut|phase_kick|starve_rescue)"\}/ { printf "%s %s ", $3, $NF }'
 }
 product_events_delta() {
-  echo "$1" "$2" | awk '{ n = NF / 2; for (i = 1; i < n; i += 2) printf "%s +%d ", $i, $(n + i + 1) - $(i + 1) }'
+  awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " ")
+    if (n != m || n == 0) { print "(not read)"; exit }
+    for (i = 1; i < n; i += 2) printf "%s +%d ", y[i], y[i + 1] - x[i + 1] }'
 }
 
 # bench_sched NAME ROUND: loads scheduler NAME, runs bench_one, unloads it. NAME is eevdf (the
@@ -500,12 +507,13 @@ bench_sched() {
         --control-socket '' > /tmp/daemon.log 2>&1 &
       dp=$!
       if wait_state enabled 6000 > /dev/null && product_follows; then
-        e0=$(product_events) c0=$(product_cpu_ms $dp)
+        # (own names: bench_one uses c0 and c1)
+        pev0=$(product_events) pcpu0=$(product_cpu_ms $dp)
         bench_one "$1" "$2"
         # What the daemon took and reordered while the two loads ran: its own CPU (every thread),
         # and the scheduler's counters that end or preempt another task's slice.
-        c1=$(product_cpu_ms $dp)
-        r "bench $1 round $2 daemon cpu $((c1 - c0)) ms; events $(product_events_delta "$e0" "$(product_events)")"
+        pcpu1=$(product_cpu_ms $dp)
+        r "bench $1 round $2 daemon cpu $((pcpu1 - pcpu0)) ms; events $(product_events_delta "$pev0" "$(product_events)")"
         kill -TERM $dp; wait $dp; wait_state disabled 500 > /dev/null
       else
         bad "the daemon did not attach or follow the job: $(tail -n 3 /tmp/daemon.log)"
