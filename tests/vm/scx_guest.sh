@@ -459,17 +459,22 @@ product_follows() {
   done
 }
 
-# job_cpu_ms: the CPU time so far of every thread of the SCX_BENCH_PRODUCT job (its processes,
-# named zernel-workload), in ms; empty without the job.
+# threads_cpu_ms PID...: the CPU time so far of every thread of the PIDs, in ms (schedstat).
+threads_cpu_ms() {
+  for _p in "$@"; do cat /proc/"$_p"/task/*/schedstat 2> /dev/null; done |
+    awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
+}
+# job_cpu_ms: threads_cpu_ms of the SCX_BENCH_PRODUCT job's processes (named zernel-workload);
+# empty without the job.
 job_cpu_ms() {
   [ -n "$job" ] || return 0
-  for c in /proc/[0-9]*/comm; do
-    [ "$(cat "$c" 2> /dev/null)" = zernel-workload ] && cat "${c%comm}"task/*/schedstat 2> /dev/null
-  done | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
-}
-# product_cpu_ms PID: the CPU time of every thread of PID so far, in ms.
-product_cpu_ms() {
-  cat /proc/"$1"/task/*/schedstat 2> /dev/null | awk '{ s += $1 } END { printf "%d\n", s / 1e6 }'
+  _pids=''
+  for _c in /proc/[0-9]*/comm; do
+    _p=${_c%/comm}
+    read -r _n < "$_c" 2> /dev/null && [ "$_n" = zernel-workload ] && _pids="$_pids ${_p#/proc/}"
+  done
+  # shellcheck disable=SC2086 # a list of pids
+  threads_cpu_ms $_pids
 }
 # product_events: "KIND COUNT ..." of the scheduler's counters that cut or preempt a slice, from
 # the zernel_product arm's daemon; product_events_delta BEFORE AFTER: "KIND +N ..." between two.
@@ -508,11 +513,11 @@ bench_sched() {
       dp=$!
       if wait_state enabled 6000 > /dev/null && product_follows; then
         # (own names: bench_one uses c0 and c1)
-        pev0=$(product_events) pcpu0=$(product_cpu_ms $dp)
+        pev0=$(product_events) pcpu0=$(threads_cpu_ms $dp)
         bench_one "$1" "$2"
         # What the daemon took and reordered while the two loads ran: its own CPU (every thread),
         # and the scheduler's counters that end or preempt another task's slice.
-        pcpu1=$(product_cpu_ms $dp)
+        pcpu1=$(threads_cpu_ms $dp)
         r "bench $1 round $2 daemon cpu $((pcpu1 - pcpu0)) ms; events $(product_events_delta "$pev0" "$(product_events)")"
         kill -TERM $dp; wait $dp; wait_state disabled 500 > /dev/null
       else
