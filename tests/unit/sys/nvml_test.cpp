@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -431,19 +432,27 @@ double thread_cpu_ms() {
 
 // 50 ms of work on the current context, then its sync: a spinning sync (`spin`) uses at least
 // 10 ms of this thread's CPU, a blocking one under 5 ms. The CPU is counted over the sync alone:
-// the launch before it is the same in both, and under ASan on a loaded machine the two together
-// once took 5.009 ms for a blocking sync (CI, 2026-12-06).
+// the launch before it is the same in both. The noise of a loaded machine is one-sided for each:
+// a vCPU the host takes away mid-call charges its stolen time to the running thread (a blocking
+// sync under ASan once counted 5.12 ms, CI 2026-12-06), and other runnable threads take CPU from
+// a spin. So each kind gets three tries, and one clean try decides: the least CPU of a blocking
+// sync, the most of a spinning one.
 void expect_sync_cpu(const Cuda& cuda, bool spin) {
-  const auto t0 = Clock::now();
-  ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
-  const double cpu0 = thread_cpu_ms();
-  ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
-  const double cpu = thread_cpu_ms() - cpu0;
-  EXPECT_GE(ms_since(t0), 50);
+  double best = spin ? 0.0 : 1e9;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto t0 = Clock::now();
+    ASSERT_EQ(cuda.enqueue(nullptr, 50 * kMs), kCudaSuccess);
+    const double cpu0 = thread_cpu_ms();
+    ASSERT_EQ(cuda.ctx_synchronize(), kCudaSuccess);
+    const double cpu = thread_cpu_ms() - cpu0;
+    EXPECT_GE(ms_since(t0), 50);
+    best = spin ? std::max(best, cpu) : std::min(best, cpu);
+    if (spin ? best >= 10.0 : best < 5.0) break;
+  }
   if (spin) {
-    EXPECT_GE(cpu, 10.0) << "a spin-wait of 50 ms used only " << cpu << " ms of CPU";
+    EXPECT_GE(best, 10.0) << "a spin-wait of 50 ms used at most " << best << " ms of CPU";
   } else {
-    EXPECT_LT(cpu, 5.0) << "a blocking sync of 50 ms used " << cpu << " ms of CPU";
+    EXPECT_LT(best, 5.0) << "a blocking sync of 50 ms used at least " << best << " ms of CPU";
   }
 }
 
