@@ -16,3 +16,8 @@ target_sources(zernel_collect PRIVATE ${_zernel_probe_srcs})
 target_include_directories(zernel_collect PRIVATE ${CMAKE_CURRENT_LIST_DIR})
 target_link_libraries(zernel_collect PRIVATE zernel_probes_skel)
 target_compile_definitions(zernel_collect PUBLIC ZERNEL_HAVE_PROBES=1)
+
+# The task iterator behind the tenants' CPU time (bpf/task_cpu.bpf.c), read by
+# src/collect/probes/task_cpu_iter.cpp.
+zernel_bpf_skeleton(zernel_task_cpu_skel ${CMAKE_CURRENT_LIST_DIR}/task_cpu.bpf.c)
+target_link_libraries(zernel_collect PRIVATE zernel_task_cpu_skel)

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <limits>
 
+#include "collect/task_cpu.hpp"
 #include "collect/wait_state.hpp"
 #include "sys/procfs.hpp"
 
@@ -107,10 +108,22 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
 }
 
 void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
-                           std::uint64_t now_ns, std::vector<ProcessSignals>& out) {
+                           std::uint64_t now_ns, std::vector<ProcessSignals>& out,
+                           TaskCpuSource* task_cpu) {
   out.clear();
   out.resize(pids.size());
   ++generation_;
+  task_cpu_.clear();
+  if (task_cpu != nullptr) {
+    cpu_time_pids_.clear();
+    for (std::size_t i = 0; i < pids.size() && i < modes.size(); ++i) {
+      if (modes[i] == SampleMode::cpu_time) cpu_time_pids_.push_back(pids[i]);
+    }
+    std::sort(cpu_time_pids_.begin(), cpu_time_pids_.end());
+    cpu_time_pids_.erase(std::unique(cpu_time_pids_.begin(), cpu_time_pids_.end()),
+                         cpu_time_pids_.end());
+    if (!cpu_time_pids_.empty() && !task_cpu->read(cpu_time_pids_, task_cpu_)) task_cpu_.clear();
+  }
   int err = 0;
   const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
   for (std::size_t i = 0; i < pids.size(); ++i) {
@@ -196,6 +209,31 @@ bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, st
   ++s.schedstat_only;
   answered(s, now_ns);
   ++schedstat_cpu_samples_;
+  return true;
+}
+
+std::uint64_t SignalSampler::task_cpu_of(std::uint32_t pid) const {
+  const auto it = std::lower_bound(task_cpu_.begin(), task_cpu_.end(), pid,
+                                   [](const auto& e, std::uint32_t p) { return e.first < p; });
+  return it == task_cpu_.end() || it->first != pid ? 0 : it->second;
+}
+
+bool SignalSampler::cpu_time_from_source(PidState& s, std::uint64_t ns, std::uint64_t now_ns,
+                                         ProcessSignals& out) {
+  if (s.task_cpu_ns == 0 || s.samples == 0) return false;
+  out.starttime = s.starttime;
+  // Never backwards: a thread that exited during the iterator's walk is missed once (see
+  // bpf/task_cpu.bpf.c) and counted at the next read.
+  if (now_ns > s.last_ns) out.cpu_time_ns = ns > s.task_cpu_ns ? ns - s.task_cpu_ns : 0;
+  s.task_cpu_ns = std::max(s.task_cpu_ns, ns);
+  // The /proc baselines are older than this sample now: a later /proc read starts them over.
+  s.ticks_stale = true;
+  s.run_ns = 0;
+  s.timeslices = 0;
+  s.schedstat_only = 0;
+  s.schedstat_cpu_ns = 0;
+  answered(s, now_ns);
+  ++task_cpu_samples_;
   return true;
 }
 
@@ -307,10 +345,18 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
     if (prior != state_.end()) prior->second.generation = generation_;
     return;
   }
+  // cpu_time: the source's answer; without a baseline yet, /proc answers this time and the
+  // source's figure becomes the baseline.
+  const std::uint64_t source_ns = mode == SampleMode::cpu_time ? task_cpu_of(pid) : 0;
+  if (source_ns != 0 && prior != state_.end() &&
+      cpu_time_from_source(prior->second, source_ns, now_ns, out)) {
+    return;
+  }
   std::uint64_t sched_run_ns = 0;
   std::uint64_t sched_timeslices = 0;
   if (options_.skip_unchanged && prior != state_.end() &&
       unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
+    prior->second.task_cpu_ns = source_ns;
     if (mode == SampleMode::idle_backoff) {
       PidState& s = prior->second;
       s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
@@ -350,13 +396,15 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   keep_stat_descriptors(s, *st, fresh, dir);
 
   const std::uint64_t cpu = saturating_add(st->utime_ticks, st->stime_ticks);
-  if (elapsed && cpu >= s.cpu_ticks) {
+  if (elapsed && cpu >= s.cpu_ticks && !s.ticks_stale) {
     // Less what samples from schedstat reported since the stat before (cpu_time mode).
     const std::uint64_t ns = ticks_to_ns(cpu - s.cpu_ticks, ticks_per_s_);
     out.cpu_time_ns = ns > s.schedstat_cpu_ns ? ns - s.schedstat_cpu_ns : 0;
   }
   s.schedstat_only = 0;
   s.schedstat_cpu_ns = 0;
+  s.ticks_stale = false;
+  s.task_cpu_ns = source_ns;
   s.idle_streak = 0;  // it ran (or is read in full): looked at every sample again
   s.idle_skip = 0;
   if (options_.measure_io_wait && reads_threads(mode) &&

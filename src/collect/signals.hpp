@@ -37,11 +37,14 @@
 //                 samples, so a sleeping one costs one schedstat read every kIdleBackoffMax + 1
 //                 samples; the first sample that finds it ran ends the back-off;
 //   stat_only     CPU time and state (a process whose phase comes from events);
-//   cpu_time      the CPU time only (a tenant's account): a single-threaded process that ran is
-//                 answered from its schedstat's run time, which for one thread is its CPU time,
-//                 and its stat is read every kCpuTimeStatEvery samples to see that it still has
-//                 one thread (the CPU of threads it started meanwhile is counted then); `state`
-//                 is not read then;
+//   cpu_time      the CPU time only (a tenant's account). With a TaskCpuSource (a BPF task
+//                 iterator, collect/task_cpu.hpp) every such process after its first sample is
+//                 answered from the source's one read for all of them, no /proc read at all;
+//                 one the source does not answer is read as follows. A single-threaded process
+//                 that ran is answered from its schedstat's run time, which for one thread is
+//                 its CPU time, and its stat is read every kCpuTimeStatEvery samples to see
+//                 that it still has one thread (the CPU of threads it started meanwhile is
+//                 counted then); `state` is not read then;
 //   skip          nothing this time: its state is kept, so its next sample measures the interval
 //                 since its last one.
 //
@@ -69,6 +72,7 @@
 namespace zernel::collect {
 
 struct SchedStat;  // collect/wait_state.hpp
+class TaskCpuSource;  // collect/task_cpu.hpp
 
 enum class SampleMode : std::uint8_t { full, no_nccl, idle_backoff, stat_only, cpu_time, skip };
 
@@ -123,9 +127,11 @@ class SignalSampler {
   // in the order given. State of pids not in `pids` is forgotten.
   void sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns,
               std::vector<ProcessSignals>& out);
-  // The same with a mode per pid (`modes` as long as `pids`; empty: full for every pid).
+  // The same with a mode per pid (`modes` as long as `pids`; empty: full for every pid), and
+  // the CPU time of the cpu_time ones from `task_cpu` where it answers (null: /proc only).
   void sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
-              std::uint64_t now_ns, std::vector<ProcessSignals>& out);
+              std::uint64_t now_ns, std::vector<ProcessSignals>& out,
+              TaskCpuSource* task_cpu = nullptr);
   std::vector<ProcessSignals> sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns);
 
   // Processes with state from a previous sample.
@@ -134,6 +140,8 @@ class SignalSampler {
   [[nodiscard]] std::uint64_t unchanged_samples() const { return unchanged_samples_; }
   // cpu_time samples whose CPU time came from schedstat (the process ran), since construction.
   [[nodiscard]] std::uint64_t schedstat_cpu_samples() const { return schedstat_cpu_samples_; }
+  // cpu_time samples answered by the TaskCpuSource, since construction.
+  [[nodiscard]] std::uint64_t task_cpu_samples() const { return task_cpu_samples_; }
 
   // idle_backoff samples skipped (the process was idle), since construction.
   [[nodiscard]] std::uint64_t idle_skipped_samples() const { return idle_skipped_samples_; }
@@ -167,6 +175,11 @@ class SignalSampler {
     // idle_backoff: samples in a row that found it had not run, and samples left to skip.
     std::uint32_t idle_streak = 0;
     std::uint32_t idle_skip = 0;
+    // cpu_time with a TaskCpuSource: what it said at this process's last sample (0: no
+    // baseline yet), and whether samples it answered came after the last stat read (then
+    // cpu_ticks is not a baseline for the next stat read: that one only sets it again).
+    std::uint64_t task_cpu_ns = 0;
+    bool ticks_stale = false;
   };
 
   // The directory <proc>/<pid>, opened by the first step of a sample that needs it.
@@ -204,6 +217,12 @@ class SignalSampler {
   // is due (every kCpuTimeStatEvery samples) or the run time went backwards.
   bool cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
                                ProcessSignals& out);
+  // cpu_time: a sample answered from the TaskCpuSource's `ns` (the process's CPU time since it
+  // started); false when there is no baseline from an earlier sample.
+  bool cpu_time_from_source(PidState& s, std::uint64_t ns, std::uint64_t now_ns,
+                            ProcessSignals& out);
+  // The TaskCpuSource's answer for `pid` this sample; 0: none.
+  [[nodiscard]] std::uint64_t task_cpu_of(std::uint32_t pid) const;
   // A sample answered from schedstat alone: `s` counts it as this generation's, taken at now_ns.
   void answered(PidState& s, std::uint64_t now_ns) const;
   // Fills threads_ with (tid, blkio ticks) of every readable thread. Returns 0 or the errno
@@ -222,10 +241,13 @@ class SignalSampler {
   std::uint64_t unchanged_samples_ = 0;
   std::uint64_t schedstat_cpu_samples_ = 0;
   std::uint64_t idle_skipped_samples_ = 0;
+  std::uint64_t task_cpu_samples_ = 0;
   std::uint64_t ticks_per_s_ = 100;
   std::uint64_t generation_ = 0;
   std::unordered_map<std::uint32_t, PidState> state_;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> threads_;
+  std::vector<std::uint32_t> cpu_time_pids_;                       // this sample's cpu_time pids
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> task_cpu_;  // the source's answer, by pid
   std::string buf_;
   std::string link_;
 };

@@ -40,6 +40,7 @@
 #include "collect/discovery.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
 #include "collect/signals.hpp"
+#include "collect/task_cpu.hpp"
 #include "policy/task_state.hpp"
 
 namespace zernel::collect {
@@ -88,6 +89,8 @@ struct TickInputs {
   std::uint64_t tick_ns = 0;            // the tick's length: CPU time is a share of it
   const GpuUtilization* gpu = nullptr;  // null: no NVML
   ProbeSource* probes = nullptr;        // null: no probes
+  // The CPU time of the processes sampled in SampleMode::cpu_time in one read; null: /proc.
+  TaskCpuSource* task_cpu = nullptr;
   // The main thread's phase from events, by pid (processes with event_role); null: none.
   const std::unordered_map<std::uint32_t, policy::Phase>* event_phases = nullptr;
 };

@@ -47,6 +47,7 @@
 #include "sys/nvml.hpp"
 #ifdef ZERNEL_HAVE_PROBES
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "collect/probes/task_cpu_iter.hpp"
 #endif
 #include "common/result.hpp"
 #include "config/config.hpp"
@@ -233,6 +234,8 @@ class Daemon final : private ControlHost {
   };
 #ifdef ZERNEL_HAVE_PROBES
   std::unique_ptr<collect::GpuSyncProbes> probes_;
+  // The tenants' CPU time in one read a publish tick; null: /proc (no process events, no BPF).
+  std::unique_ptr<collect::TaskCpuIterator> task_cpu_;
 #endif
   void attach_probes(std::uint32_t pid, Tracked& t);
   [[nodiscard]] collect::SampleMode sample_mode(std::uint32_t pid, const Tracked& t,

@@ -12,15 +12,18 @@
 // is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
 // events were lost. A process whose phases come from events is not read every tick, only on
 // publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's other
-// processes' CPU time (SampleMode::cpu_time: a single-threaded one's from its schedstat, its stat
-// every tenth time). Processes under the periodic rules are read every tick, those matched only
-// by a rule less often while they sleep (SampleMode::idle_backoff). Without process events (no
-// CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick and every tracked
-// process is read every tick, as before.
+// processes' CPU time (SampleMode::cpu_time: all of them from one read of the BPF task iterator,
+// collect/probes/task_cpu_iter.hpp, where it loads; else a single-threaded one's from its
+// schedstat, its stat every tenth time). Processes under the periodic rules are read every tick,
+// those matched only by a rule less often while they sleep (SampleMode::idle_backoff). Without
+// process events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick
+// and every tracked process is read every tick, as before.
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "collect/tick_builder.hpp"
 #include "collect/wait_state.hpp"
@@ -70,6 +73,24 @@ void Daemon::open_process_events() {
       "descriptors and attributes every {} s",
       proc_events_->filtered() ? "" : " (unfiltered: a kernel before 6.6)",
       kRescanNs / 1'000'000'000, attr_scans * kRescanNs / 1'000'000'000);
+#ifdef ZERNEL_HAVE_PROBES
+  // The tenants' CPU time (SampleMode::cpu_time, which needs the process events) in one read.
+  // Benchmarks only: $ZERNEL_TEST_NO_TASK_ITER=1 keeps the /proc reads, for a comparison of the
+  // two in one build (bench/daemon_cpu.sh).
+  if (const char* off = std::getenv("ZERNEL_TEST_NO_TASK_ITER");
+      off != nullptr && std::string_view(off) == "1") {
+    spdlog::info("$ZERNEL_TEST_NO_TASK_ITER=1: a tenant's processes' CPU time is read from /proc");
+    return;
+  }
+  auto it = collect::TaskCpuIterator::open();
+  if (!it) {
+    spdlog::info("{}: a tenant's processes' CPU time is read from /proc, one read each",
+                 it.error().message());
+    return;
+  }
+  task_cpu_ = std::move(*it);
+  spdlog::info("a tenant's processes' CPU time comes from a BPF task iterator, one read a tick");
+#endif
 }
 
 void Daemon::open_nvml() {
@@ -296,6 +317,7 @@ void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {
 #ifdef ZERNEL_HAVE_PROBES
   std::optional<SyncProbeSource> probes;
   if (probes_) in.probes = &probes.emplace(*probes_);
+  in.task_cpu = task_cpu_.get();
 #endif
   tick_builder_.build(in, tick_result_);
   for (std::uint32_t pid : tick_result_.gone) drop(pid);

@@ -111,6 +111,32 @@ check "entitled shares are 0.5 and 0.5" \
    grep -qxF 'zernel_scheduler_tenant_entitled_share{$tb} 0.500000' $tmp/shares.txt"
 check "team-a's CPU time grows" \
   "awk '/^zernel_scheduler_tenant_cpu_seconds_total\{tenant=\"team-a\"/ {exit !(\$2 > 0)}' $tmp/shares.txt"
+# The account is the job's real CPU time: its growth over 5 s against what /proc says the job's
+# processes (ranks, DataLoader workers, launcher: comm zernel-workload) used meanwhile. The
+# workers' figures come from the BPF task iterator where it loads (root), one read a tick.
+if [[ $(id -u) -eq 0 ]]; then
+  check "a tenant's processes' CPU time comes from the BPF task iterator" \
+    "grep -q 'CPU time comes from a BPF task iterator' $tmp/daemon.log"
+fi
+job_cpu_s() {
+  local f sum=0 hz
+  hz=$(getconf CLK_TCK)
+  for f in /proc/[0-9]*/stat; do
+    read -r -a st < "$f" 2>/dev/null || continue
+    [[ ${st[1]} == "(zernel-workload)" ]] && sum=$((sum + st[13] + st[14]))
+  done
+  awk -v t="$sum" -v hz="$hz" 'BEGIN { printf "%.3f", t / hz }'
+}
+team_a_cpu_s() {
+  curl -sf "http://127.0.0.1:$port/metrics" |
+    awk '/^zernel_scheduler_tenant_cpu_seconds_total\{tenant="team-a"/ { print $2 }'
+}
+a0=$(team_a_cpu_s) p0=$(job_cpu_s)
+sleep 5
+a1=$(team_a_cpu_s) p1=$(job_cpu_s)
+echo "team-a CPU seconds $a0 -> $a1; the job's processes in /proc $p0 -> $p1"
+check "team-a's CPU seconds grew as the job's processes' CPU time did (account $a0 -> $a1, /proc $p0 -> $p1)" \
+  "awk -v a0='$a0' -v a1='$a1' -v p0='$p0' -v p1='$p1' 'BEGIN { a = a1 - a0; p = p1 - p0; d = a - p; if (d < 0) d = -d; exit !(a0 != \"\" && p > 1 && d <= 0.15 * p + 0.3) }'"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt"
 # This scrape has every family the daemon fills here (tenants, GPUs, probes when loaded):
 # promtool must have nothing to say about it.

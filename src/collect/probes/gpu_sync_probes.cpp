@@ -4,7 +4,6 @@
 #include <bpf/btf.h>
 #include <bpf/libbpf.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -30,6 +29,7 @@
 #include "common/clock.hpp"
 #include "probes.h"
 #include "probes.skel.h"
+#include "sys/bpf/capabilities.hpp"
 #include "sys/bpf/libbpf_log.hpp"
 #include "sys/procfs.hpp"
 
@@ -37,23 +37,6 @@ namespace zernel::collect {
 namespace {
 
 constexpr const char* kNeedRoot = "BPF probes need root (CAP_BPF, CAP_PERFMON)";
-
-// Whether the effective capability set holds `cap` (capget, no libcap).
-bool has_capability(int cap) {
-  __user_cap_header_struct hdr{};
-  hdr.version = _LINUX_CAPABILITY_VERSION_3;
-  hdr.pid = 0;
-  __user_cap_data_struct data[2]{};
-  if (syscall(SYS_capget, &hdr, data) != 0) return false;
-  const auto idx = static_cast<std::size_t>(cap / 32);
-  return idx < 2 && (data[idx].effective & (1U << (cap % 32))) != 0;
-}
-
-bool can_use_bpf_tracing() {
-  constexpr int kCapPerfmon = 38;  // not in older headers
-  constexpr int kCapBpf = 39;
-  return has_capability(CAP_SYS_ADMIN) || (has_capability(kCapBpf) && has_capability(kCapPerfmon));
-}
 
 // Whether the kernel has multi-uprobe links (Linux 6.6), from its BTF.
 bool kernel_has_uprobe_multi() {
@@ -291,7 +274,7 @@ Result<std::unique_ptr<GpuSyncProbes>> GpuSyncProbes::open(const Options& option
   const std::string what = "loading the GPU sync probes";
   sys::route_libbpf_log();
 
-  if (!can_use_bpf_tracing()) return Error(EPERM, what + ": " + kNeedRoot);
+  if (!sys::can_use_bpf_tracing()) return Error(EPERM, what + ": " + kNeedRoot);
   if (::access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
     return Error(ENOTSUP, what +
                               ": the kernel has no BTF (/sys/kernel/btf/vmlinux; "

@@ -8,11 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "collect/task_cpu.hpp"
 #include "support/proc_stat.hpp"
 #include "support/temp_tree.hpp"
 
@@ -503,6 +508,81 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
   EXPECT_GT(total, 300'000'000U) << "the child hardly ran";
   EXPECT_LE(reported, total + kSlack) << "reported " << reported << " ns of " << total;
   EXPECT_GE(reported + kSlack, total) << "reported " << reported << " ns of " << total;
+}
+
+// A TaskCpuSource that says what the test sets: `answer` for `pid` while `answering`, and a
+// failed read while `failing`.
+class ScriptedTaskCpu final : public TaskCpuSource {
+ public:
+  bool read(std::span<const std::uint32_t> pids,
+            std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) override {
+    out.clear();
+    ++reads;
+    asked.assign(pids.begin(), pids.end());
+    if (failing) return false;
+    if (answering && std::binary_search(pids.begin(), pids.end(), pid))
+      out.emplace_back(pid, answer);
+    return true;
+  }
+  std::uint32_t pid = 0;
+  std::uint64_t answer = 0;
+  bool answering = true;
+  bool failing = false;
+  int reads = 0;
+  std::vector<std::uint32_t> asked;
+};
+
+// cpu_time with a TaskCpuSource: after the first sample (from /proc, which sets the source's
+// baseline) the source answers alone, never backwards; a sample it does not answer reads /proc,
+// which only sets its baselines again (the source's samples already counted that time), and the
+// source takes over again from the next /proc sample on. Processes in other modes are not asked.
+TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
+  const BusyChild busy(/*asleep=*/false);
+  const pid_t child = busy.pid();
+  ASSERT_GT(child, 0);
+  const BusyChild other(/*asleep=*/true);
+  ASSERT_GT(other.pid(), 0);
+  SignalSampler s;
+  std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(child),
+                                     static_cast<std::uint32_t>(other.pid())};
+  std::vector<SampleMode> modes = {SampleMode::cpu_time, SampleMode::stat_only};
+  if (pids[0] > pids[1]) {
+    std::swap(pids[0], pids[1]);
+    std::swap(modes[0], modes[1]);
+  }
+  const std::size_t at = pids[0] == static_cast<std::uint32_t>(child) ? 0 : 1;
+  ScriptedTaskCpu src;
+  src.pid = static_cast<std::uint32_t>(child);
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  const auto sample = [&](std::uint64_t answer) {
+    src.answer = answer;
+    t += 100'000'000;
+    s.sample(pids, modes, t, out, &src);
+    EXPECT_EQ(src.asked, std::vector<std::uint32_t>{src.pid}) << "only cpu_time pids are asked";
+    EXPECT_FALSE(out[at].gone);
+    return out[at].cpu_time_ns;
+  };
+  EXPECT_FALSE(sample(1'000'000'000));  // first sample: /proc, no interval yet
+  EXPECT_EQ(s.task_cpu_samples(), 0U);
+  EXPECT_EQ(sample(1'300'000'000), 300'000'000U);
+  EXPECT_EQ(sample(1'200'000'000), 0U) << "backwards reads as nothing";
+  EXPECT_EQ(sample(1'500'000'000), 200'000'000U) << "from the highest figure seen";
+  EXPECT_EQ(s.task_cpu_samples(), 3U);
+  // Not answered: /proc, whose tick baseline predates what the source reported.
+  src.answering = false;
+  EXPECT_FALSE(sample(0)) << "a /proc sample after the source's must not count that time again";
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(sample(0)) << "the next /proc sample measures again";
+  // Answered again: /proc once more (the source's baseline), then the source.
+  src.answering = true;
+  EXPECT_TRUE(sample(5'000'000'000));
+  EXPECT_EQ(sample(5'040'000'000), 40'000'000U);
+  EXPECT_EQ(s.task_cpu_samples(), 4U);
+  // A failed read: /proc for everyone.
+  src.failing = true;
+  EXPECT_FALSE(sample(6'000'000'000));
+  EXPECT_EQ(s.task_cpu_samples(), 4U);
 }
 
 // idle_backoff: a sleeping single-threaded process is looked at less and less often, down to

@@ -1,0 +1,138 @@
+#include "collect/probes/task_cpu_iter.hpp"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+#include <string>
+
+#include "sys/bpf/capabilities.hpp"
+#include "sys/bpf/libbpf_log.hpp"
+#include "sys/unique_fd.hpp"
+#include "task_cpu.h"
+#include "task_cpu.skel.h"
+
+namespace zernel::collect {
+namespace {
+
+constexpr const char* kNeedRoot = "the task iterator needs root (CAP_BPF, CAP_PERFMON)";
+
+Error libbpf_error(const std::string& what, int err) {
+  if (err < 0) err = -err;
+  if (err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
+  return errno_error(what, err);
+}
+
+}  // namespace
+
+struct TaskCpuIterator::Impl {
+  task_cpu_bpf* skel = nullptr;
+  bpf_link* link = nullptr;
+  ~Impl() {
+    if (link != nullptr) bpf_link__destroy(link);
+    if (skel != nullptr) task_cpu_bpf__destroy(skel);
+  }
+};
+
+TaskCpuIterator::TaskCpuIterator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TaskCpuIterator::~TaskCpuIterator() = default;
+
+Result<std::unique_ptr<TaskCpuIterator>> TaskCpuIterator::open() {
+  const std::string what = "loading the task iterator (tenants' CPU time)";
+  sys::route_libbpf_log();
+  if (!sys::can_use_bpf_tracing()) return Error(EPERM, what + ": " + kNeedRoot);
+  auto impl = std::make_unique<Impl>();
+  impl->skel = task_cpu_bpf__open_and_load();
+  if (impl->skel == nullptr) {
+    return libbpf_error(what + " (the kernel rejected task_cpu.bpf.o; libbpf's log has the reason)",
+                        errno);
+  }
+  impl->link = bpf_program__attach_iter(impl->skel->progs.zernel_task_cpu, nullptr);
+  if (impl->link == nullptr) return libbpf_error(what + ": creating the iterator's link", errno);
+  return std::unique_ptr<TaskCpuIterator>(new TaskCpuIterator(std::move(impl)));
+}
+
+bool TaskCpuIterator::sync_map(std::span<const std::uint32_t> pids) {
+  const int map_fd = bpf_map__fd(impl_->skel->maps.zernel_task_cpu_procs);
+  // Gone since the last call: deleted (a missing key is fine: it was refused then).
+  changed_.clear();
+  std::set_difference(in_map_.begin(), in_map_.end(), pids.begin(), pids.end(),
+                      std::back_inserter(changed_));
+  for (const std::uint32_t pid : changed_) (void)bpf_map_delete_elem(map_fd, &pid);
+  // New: inserted; one the map refuses is left to /proc (read() does not answer it).
+  changed_.clear();
+  std::set_difference(pids.begin(), pids.end(), in_map_.begin(), in_map_.end(),
+                      std::back_inserter(changed_));
+  const std::uint8_t one = 1;
+  bool all = true;
+  for (const std::uint32_t pid : changed_) {
+    if (bpf_map_update_elem(map_fd, &pid, &one, BPF_ANY) != 0) {
+      ++refused_;
+      all = false;
+    }
+  }
+  in_map_.assign(pids.begin(), pids.end());
+  return all;
+}
+
+bool TaskCpuIterator::read(std::span<const std::uint32_t> pids,
+                           std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) {
+  out.clear();
+  if (!sync_map(pids)) {
+    // Forget the refused ones, so that the next call tries them again.
+    const int map_fd = bpf_map__fd(impl_->skel->maps.zernel_task_cpu_procs);
+    std::uint8_t v = 0;
+    std::erase_if(in_map_,
+                  [&](std::uint32_t pid) { return bpf_map_lookup_elem(map_fd, &pid, &v) != 0; });
+  }
+  const sys::UniqueFd it(bpf_iter_create(bpf_link__fd(impl_->link)));
+  if (!it.valid()) {
+    ++failed_reads_;
+    return false;
+  }
+  constexpr std::size_t kChunk = std::size_t{64} * 1024;
+  buf_.resize(kChunk);
+  std::size_t used = 0;
+  for (;;) {
+    if (buf_.size() - used < kChunk / 2) buf_.resize(buf_.size() * 2);
+    const ssize_t n = ::read(it.get(), buf_.data() + used, buf_.size() - used);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ++failed_reads_;
+      return false;
+    }
+    used += static_cast<std::size_t>(n);
+  }
+  // Records in pid order of the tasks (iter/task walks the pid table), threads after their
+  // leader; summed per tgid, then sorted by tgid (a thread's tgid can be below an earlier one's
+  // when pids wrapped).
+  for (std::size_t off = 0; off + sizeof(zernel_task_cpu_rec) <= used;
+       off += sizeof(zernel_task_cpu_rec)) {
+    zernel_task_cpu_rec rec{};
+    std::memcpy(&rec, buf_.data() + off, sizeof rec);
+    if (!out.empty() && out.back().first == rec.tgid) {
+      out.back().second += rec.ns;
+    } else {
+      out.emplace_back(rec.tgid, rec.ns);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  // Merge entries of one tgid that the walk did not give in a row.
+  std::size_t w = 0;
+  for (std::size_t r = 0; r < out.size(); ++r) {
+    if (w > 0 && out[w - 1].first == out[r].first) {
+      out[w - 1].second += out[r].second;
+    } else {
+      out[w++] = out[r];
+    }
+  }
+  out.resize(w);
+  return true;
+}
+
+}  // namespace zernel::collect
