@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
- * task_cpu: the CPU time of a set of processes in one read (task_cpu.h has the contract).
+ * task_cpu: the CPU time, timeslices and threads of a set of processes in one read (task_cpu.h
+ * has the contract).
  *
- * The daemon keeps a tenant's account of CPU seconds (zernel_scheduler_tenant_cpu_seconds_total)
- * for every process the tenant's rules match, once a second; reading it from /proc costs one
- * system call per process (its schedstat or stat), a thousand a second on a node with a thousand
- * tracked processes. An iterator over tasks (iter/task) runs only when its file is read: one
- * read walks the node's tasks in the kernel and writes a record for each thread of a listed
- * process. Nothing is attached to any event, so no other task pays anything for it.
+ * The daemon samples every tracked process each tick or each publish tick: a tenant's account of
+ * CPU seconds (zernel_scheduler_tenant_cpu_seconds_total), and for the periodic rules whether a
+ * process ran at all (one that did not has changed nothing the rules read). From /proc that is
+ * one system call per process and sample at least (its schedstat or stat), and a read per thread
+ * for a multi-threaded one; a thousand a second and more on a node with a thousand tracked
+ * processes. An iterator over tasks (iter/task) runs only when its file is read: one read walks
+ * the node's tasks in the kernel and writes a record for each thread of a listed process. Nothing
+ * is attached to any event, so no other task pays anything for it.
  *
  * A thread's se.sum_exec_runtime is brought up to date at each tick and context switch, so the
- * figure of a thread running now lags by at most a tick. A thread that exits between the read
+ * figure of a thread running now lags by at most a tick; its sched_info.pcount counts the switch
+ * in at once, so a thread that started to run since the last read shows there. A thread that exits between the read
  * of its leader's record and its own is missed once (its time moves to the leader's
  * signal->sum_sched_runtime after the leader was written); the reader never lets a process's
  * total go backwards.
@@ -45,6 +49,8 @@ int zernel_task_cpu(struct bpf_iter__task *ctx)
 	rec.ns = task->se.sum_exec_runtime;
 	if (rec.tid == rec.tgid)
 		rec.ns += BPF_CORE_READ(task, signal, sum_sched_runtime);
+	if (bpf_core_field_exists(task->sched_info))
+		rec.timeslices = BPF_CORE_READ(task, sched_info.pcount);
 	bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 	return 0;
 }

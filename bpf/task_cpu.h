@@ -36,10 +36,11 @@ enum {
 struct zernel_task_cpu_rec {
 	__u32 tgid;
 	__u32 tid;
-	__u64 ns; /* CPU time, ns (see above) */
+	__u64 ns;	  /* CPU time, ns (see above) */
+	__u64 timeslices; /* sched_info.pcount: times switched in (schedstat's third field) */
 };
 
-ZERNEL_TASK_CPU_STATIC_ASSERT(sizeof(struct zernel_task_cpu_rec) == 16,
-			      "zernel_task_cpu_rec is 16 bytes");
+ZERNEL_TASK_CPU_STATIC_ASSERT(sizeof(struct zernel_task_cpu_rec) == 24,
+			      "zernel_task_cpu_rec is 24 bytes");
 
 #endif /* ZERNEL_BPF_TASK_CPU_H */

@@ -115,14 +115,13 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const 
   ++generation_;
   task_cpu_.clear();
   if (task_cpu != nullptr) {
-    cpu_time_pids_.clear();
-    for (std::size_t i = 0; i < pids.size() && i < modes.size(); ++i) {
-      if (modes[i] == SampleMode::cpu_time) cpu_time_pids_.push_back(pids[i]);
+    source_pids_.clear();
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (i >= modes.size() || modes[i] != SampleMode::skip) source_pids_.push_back(pids[i]);
     }
-    std::sort(cpu_time_pids_.begin(), cpu_time_pids_.end());
-    cpu_time_pids_.erase(std::unique(cpu_time_pids_.begin(), cpu_time_pids_.end()),
-                         cpu_time_pids_.end());
-    if (!cpu_time_pids_.empty() && !task_cpu->read(cpu_time_pids_, task_cpu_)) task_cpu_.clear();
+    std::sort(source_pids_.begin(), source_pids_.end());
+    source_pids_.erase(std::unique(source_pids_.begin(), source_pids_.end()), source_pids_.end());
+    if (!task_cpu->read(source_pids_, task_cpu_)) task_cpu_.clear();
   }
   int err = 0;
   const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);
@@ -175,14 +174,7 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
     return mode == SampleMode::cpu_time && cpu_time_from_schedstat(s, *st, now_ns, out);
   }
   // Not on a CPU since the last sample, and alone in its process: nothing it could change has.
-  const bool elapsed = now_ns > s.last_ns;
-  out.state = s.state;
-  out.starttime = s.starttime;
-  if (elapsed) out.cpu_time_ns = 0;
-  if (options_.measure_io_wait && reads_threads(mode) && elapsed && s.threads_valid) {
-    out.io_wait_fraction = 0.0F;
-  }
-  answered(s, now_ns);
+  answer_unchanged(s, mode, now_ns, out);
   ++unchanged_samples_;
   return true;
 }
@@ -212,20 +204,51 @@ bool SignalSampler::cpu_time_from_schedstat(PidState& s, const SchedStat& st, st
   return true;
 }
 
-std::uint64_t SignalSampler::task_cpu_of(std::uint32_t pid) const {
-  const auto it = std::lower_bound(task_cpu_.begin(), task_cpu_.end(), pid,
-                                   [](const auto& e, std::uint32_t p) { return e.first < p; });
-  return it == task_cpu_.end() || it->first != pid ? 0 : it->second;
+void SignalSampler::answer_unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns,
+                                     ProcessSignals& out) const {
+  const bool elapsed = now_ns > s.last_ns;
+  out.state = s.state;
+  out.starttime = s.starttime;
+  if (elapsed) out.cpu_time_ns = 0;
+  if (options_.measure_io_wait && reads_threads(mode) && elapsed && s.threads_valid) {
+    out.io_wait_fraction = 0.0F;
+  }
+  answered(s, now_ns);
 }
 
-bool SignalSampler::cpu_time_from_source(PidState& s, std::uint64_t ns, std::uint64_t now_ns,
+const TaskCpu* SignalSampler::task_cpu_of(std::uint32_t pid) const {
+  const auto it = std::lower_bound(task_cpu_.begin(), task_cpu_.end(), pid,
+                                   [](const TaskCpu& e, std::uint32_t p) { return e.pid < p; });
+  return it == task_cpu_.end() || it->pid != pid ? nullptr : &*it;
+}
+
+void SignalSampler::keep_source_baseline(PidState& s, const TaskCpu* t) {
+  s.src_cpu_ns = t != nullptr ? t->cpu_ns : 0;
+  s.src_timeslices = t != nullptr ? t->timeslices : 0;
+  s.src_threads = t != nullptr ? t->threads : 0;
+}
+
+bool SignalSampler::unchanged_by_source(PidState& s, const TaskCpu& t, SampleMode mode,
+                                        std::uint64_t now_ns, ProcessSignals& out) {
+  // No thread ran (nor was switched in) since the last /proc read, and none came or went.
+  if (s.src_cpu_ns == 0 || s.samples == 0 || t.cpu_ns != s.src_cpu_ns ||
+      t.timeslices != s.src_timeslices || t.threads != s.src_threads) {
+    return false;
+  }
+  answer_unchanged(s, mode, now_ns, out);
+  ++unchanged_samples_;
+  ++task_cpu_samples_;
+  return true;
+}
+
+bool SignalSampler::cpu_time_from_source(PidState& s, const TaskCpu& t, std::uint64_t now_ns,
                                          ProcessSignals& out) {
-  if (s.task_cpu_ns == 0 || s.samples == 0) return false;
+  if (s.src_cpu_ns == 0 || s.samples == 0) return false;
   out.starttime = s.starttime;
   // Never backwards: a thread that exited during the iterator's walk is missed once (see
   // bpf/task_cpu.bpf.c) and counted at the next read.
-  if (now_ns > s.last_ns) out.cpu_time_ns = ns > s.task_cpu_ns ? ns - s.task_cpu_ns : 0;
-  s.task_cpu_ns = std::max(s.task_cpu_ns, ns);
+  if (now_ns > s.last_ns) out.cpu_time_ns = t.cpu_ns > s.src_cpu_ns ? t.cpu_ns - s.src_cpu_ns : 0;
+  s.src_cpu_ns = std::max(s.src_cpu_ns, t.cpu_ns);
   // The /proc baselines are older than this sample now: a later /proc read starts them over.
   s.ticks_stale = true;
   s.run_ns = 0;
@@ -345,18 +368,26 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
     if (prior != state_.end()) prior->second.generation = generation_;
     return;
   }
-  // cpu_time: the source's answer; without a baseline yet, /proc answers this time and the
-  // source's figure becomes the baseline.
-  const std::uint64_t source_ns = mode == SampleMode::cpu_time ? task_cpu_of(pid) : 0;
-  if (source_ns != 0 && prior != state_.end() &&
-      cpu_time_from_source(prior->second, source_ns, now_ns, out)) {
-    return;
+  // The source's answer: cpu_time's CPU time, or for the other modes that nothing ran. Without
+  // a baseline yet, /proc answers this time and the source's figures become the baseline.
+  const TaskCpu* source = task_cpu_of(pid);
+  if (source != nullptr && prior != state_.end()) {
+    PidState& s = prior->second;
+    if (mode == SampleMode::cpu_time
+            ? cpu_time_from_source(s, *source, now_ns, out)
+            : options_.skip_unchanged && unchanged_by_source(s, *source, mode, now_ns, out)) {
+      if (mode == SampleMode::idle_backoff) {
+        s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
+        s.idle_skip = s.idle_streak;
+      }
+      return;
+    }
   }
   std::uint64_t sched_run_ns = 0;
   std::uint64_t sched_timeslices = 0;
   if (options_.skip_unchanged && prior != state_.end() &&
       unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
-    prior->second.task_cpu_ns = source_ns;
+    keep_source_baseline(prior->second, source);
     if (mode == SampleMode::idle_backoff) {
       PidState& s = prior->second;
       s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
@@ -404,7 +435,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   s.schedstat_only = 0;
   s.schedstat_cpu_ns = 0;
   s.ticks_stale = false;
-  s.task_cpu_ns = source_ns;
+  keep_source_baseline(s, source);
   s.idle_streak = 0;  // it ran (or is read in full): looked at every sample again
   s.idle_skip = 0;
   if (options_.measure_io_wait && reads_threads(mode) &&

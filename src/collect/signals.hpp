@@ -26,7 +26,10 @@
 // process with 100 threads costs about 0.3 ms per sample. A single-threaded process that has not
 // been on a CPU since its last sample costs one read of its schedstat instead (about a quarter of
 // a stat's cost): it has neither run nor woken, so its CPU time, its blocked-I/O ticks (the
-// kernel adds them when the task wakes) and its state are what they were (skip_unchanged).
+// kernel adds them when the task wakes) and its state are what they were (skip_unchanged). With
+// a TaskCpuSource (collect/task_cpu.hpp), one read for all processes, a process of any thread
+// count whose CPU time, timeslices and thread count are what they were at its last /proc read is
+// answered so without any read of its own.
 //
 // Per process and sample, how much (SampleMode):
 //   full          everything;
@@ -73,7 +76,7 @@ namespace zernel::collect {
 
 struct SchedStat;  // collect/wait_state.hpp
 class TaskCpuSource;  // collect/task_cpu.hpp
-
+struct TaskCpu;
 enum class SampleMode : std::uint8_t { full, no_nccl, idle_backoff, stat_only, cpu_time, skip };
 
 struct SignalsOptions {
@@ -128,7 +131,7 @@ class SignalSampler {
   void sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns,
               std::vector<ProcessSignals>& out);
   // The same with a mode per pid (`modes` as long as `pids`; empty: full for every pid), and
-  // the CPU time of the cpu_time ones from `task_cpu` where it answers (null: /proc only).
+  // what `task_cpu` says of each where it answers (null: /proc only; see Cost and cpu_time).
   void sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
               std::uint64_t now_ns, std::vector<ProcessSignals>& out,
               TaskCpuSource* task_cpu = nullptr);
@@ -140,7 +143,7 @@ class SignalSampler {
   [[nodiscard]] std::uint64_t unchanged_samples() const { return unchanged_samples_; }
   // cpu_time samples whose CPU time came from schedstat (the process ran), since construction.
   [[nodiscard]] std::uint64_t schedstat_cpu_samples() const { return schedstat_cpu_samples_; }
-  // cpu_time samples answered by the TaskCpuSource, since construction.
+  // Samples answered by the TaskCpuSource alone (cpu_time, or unchanged), since construction.
   [[nodiscard]] std::uint64_t task_cpu_samples() const { return task_cpu_samples_; }
 
   // idle_backoff samples skipped (the process was idle), since construction.
@@ -175,10 +178,12 @@ class SignalSampler {
     // idle_backoff: samples in a row that found it had not run, and samples left to skip.
     std::uint32_t idle_streak = 0;
     std::uint32_t idle_skip = 0;
-    // cpu_time with a TaskCpuSource: what it said at this process's last sample (0: no
-    // baseline yet), and whether samples it answered came after the last stat read (then
-    // cpu_ticks is not a baseline for the next stat read: that one only sets it again).
-    std::uint64_t task_cpu_ns = 0;
+    // With a TaskCpuSource: what it said at this process's last /proc read (cpu_time: at its
+    // last sample); src_cpu_ns 0: no baseline. ticks_stale: cpu_time samples it answered came
+    // after the last stat read (cpu_ticks is no baseline for the next one, which only sets it).
+    std::uint64_t src_cpu_ns = 0;
+    std::uint64_t src_timeslices = 0;
+    std::uint32_t src_threads = 0;
     bool ticks_stale = false;
   };
 
@@ -217,12 +222,21 @@ class SignalSampler {
   // is due (every kCpuTimeStatEvery samples) or the run time went backwards.
   bool cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
                                ProcessSignals& out);
-  // cpu_time: a sample answered from the TaskCpuSource's `ns` (the process's CPU time since it
-  // started); false when there is no baseline from an earlier sample.
-  bool cpu_time_from_source(PidState& s, std::uint64_t ns, std::uint64_t now_ns,
+  // cpu_time: a sample answered from the TaskCpuSource's figure `t`; false when there is no
+  // baseline from an earlier sample.
+  bool cpu_time_from_source(PidState& s, const TaskCpu& t, std::uint64_t now_ns,
                             ProcessSignals& out);
-  // The TaskCpuSource's answer for `pid` this sample; 0: none.
-  [[nodiscard]] std::uint64_t task_cpu_of(std::uint32_t pid) const;
+  // Other modes: a sample answered as unchanged because `t` says that no thread of the process
+  // has run since its last /proc read; false otherwise.
+  bool unchanged_by_source(PidState& s, const TaskCpu& t, SampleMode mode, std::uint64_t now_ns,
+                           ProcessSignals& out);
+  // Fills `out` with what the last /proc read said, for a process found not to have run.
+  void answer_unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns,
+                        ProcessSignals& out) const;
+  // The TaskCpuSource's answer for `pid` this sample; null: none.
+  [[nodiscard]] const TaskCpu* task_cpu_of(std::uint32_t pid) const;
+  // Keeps `t` (null: none) as the baseline of the source's next answers.
+  static void keep_source_baseline(PidState& s, const TaskCpu* t);
   // A sample answered from schedstat alone: `s` counts it as this generation's, taken at now_ns.
   void answered(PidState& s, std::uint64_t now_ns) const;
   // Fills threads_ with (tid, blkio ticks) of every readable thread. Returns 0 or the errno
@@ -246,8 +260,8 @@ class SignalSampler {
   std::uint64_t generation_ = 0;
   std::unordered_map<std::uint32_t, PidState> state_;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> threads_;
-  std::vector<std::uint32_t> cpu_time_pids_;                       // this sample's cpu_time pids
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> task_cpu_;  // the source's answer, by pid
+  std::vector<std::uint32_t> source_pids_;  // this sample's pids the source is asked about
+  std::vector<TaskCpu> task_cpu_;           // the source's answer, by pid
   std::string buf_;
   std::string link_;
 };

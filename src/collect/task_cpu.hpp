@@ -1,15 +1,24 @@
 #pragma once
-// TaskCpuSource: the CPU time of many processes in one call, where the kernel can tell it more
-// cheaply than one /proc read per process (collect/probes/task_cpu_iter.hpp: a BPF task
-// iterator). The signal sampler asks it once per sample for the processes it reads in
-// SampleMode::cpu_time (a tenant's account) and reads /proc for any it does not answer.
+// TaskCpuSource: the CPU time, timeslices and thread count of many processes in one call, where
+// the kernel can tell them more cheaply than /proc reads per process
+// (collect/probes/task_cpu_iter.hpp: a BPF task iterator). The signal sampler asks it once per
+// sample for every process it samples: a tenant's account (SampleMode::cpu_time) is answered
+// from it, and a process none of whose threads has run since its last read from /proc is
+// answered as unchanged without a read; /proc answers the rest.
 
 #include <cstdint>
 #include <span>
-#include <utility>
 #include <vector>
 
 namespace zernel::collect {
+
+// One process at one read.
+struct TaskCpu {
+  std::uint32_t pid = 0;
+  std::uint32_t threads = 0;     // live threads
+  std::uint64_t cpu_ns = 0;      // CPU time since it started, its exited threads included
+  std::uint64_t timeslices = 0;  // times its live threads were switched in (schedstat field 3)
+};
 
 class TaskCpuSource {
  public:
@@ -17,11 +26,9 @@ class TaskCpuSource {
   virtual ~TaskCpuSource() = default;
   TaskCpuSource(const TaskCpuSource&) = delete;
   TaskCpuSource& operator=(const TaskCpuSource&) = delete;
-  // Fills `out` (cleared first) with (pid, CPU time in ns since that process started, all its
-  // threads, exited ones included), sorted by pid, for those of `pids` (sorted, distinct) it
+  // Fills `out` (cleared first), sorted by pid, for those of `pids` (sorted, distinct) it
   // found. False when it could not read at all: the caller reads /proc for every one then.
-  virtual bool read(std::span<const std::uint32_t> pids,
-                    std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) = 0;
+  virtual bool read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) = 0;
 };
 
 }  // namespace zernel::collect

@@ -79,8 +79,7 @@ bool TaskCpuIterator::sync_map(std::span<const std::uint32_t> pids) {
   return all;
 }
 
-bool TaskCpuIterator::read(std::span<const std::uint32_t> pids,
-                           std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) {
+bool TaskCpuIterator::read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) {
   out.clear();
   if (!sync_map(pids)) {
     // Forget the refused ones, so that the next call tries them again.
@@ -89,6 +88,7 @@ bool TaskCpuIterator::read(std::span<const std::uint32_t> pids,
     std::erase_if(in_map_,
                   [&](std::uint32_t pid) { return bpf_map_lookup_elem(map_fd, &pid, &v) != 0; });
   }
+  if (in_map_.empty()) return true;
   const sys::UniqueFd it(bpf_iter_create(bpf_link__fd(impl_->link)));
   if (!it.valid()) {
     ++failed_reads_;
@@ -108,25 +108,27 @@ bool TaskCpuIterator::read(std::span<const std::uint32_t> pids,
     }
     used += static_cast<std::size_t>(n);
   }
-  // Records in pid order of the tasks (iter/task walks the pid table), threads after their
-  // leader; summed per tgid, then sorted by tgid (a thread's tgid can be below an earlier one's
-  // when pids wrapped).
+  // Records in pid order of the tasks (iter/task walks the pid table): a process's threads
+  // follow its leader unless pids wrapped, so consecutive records of one tgid are summed here
+  // and the rest after sorting.
   for (std::size_t off = 0; off + sizeof(zernel_task_cpu_rec) <= used;
        off += sizeof(zernel_task_cpu_rec)) {
     zernel_task_cpu_rec rec{};
     std::memcpy(&rec, buf_.data() + off, sizeof rec);
-    if (!out.empty() && out.back().first == rec.tgid) {
-      out.back().second += rec.ns;
-    } else {
-      out.emplace_back(rec.tgid, rec.ns);
-    }
+    if (out.empty() || out.back().pid != rec.tgid) out.push_back(TaskCpu{rec.tgid, 0, 0, 0});
+    TaskCpu& t = out.back();
+    ++t.threads;
+    t.cpu_ns += rec.ns;
+    t.timeslices += rec.timeslices;
   }
-  std::sort(out.begin(), out.end());
-  // Merge entries of one tgid that the walk did not give in a row.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const TaskCpu& a, const TaskCpu& b) { return a.pid < b.pid; });
   std::size_t w = 0;
   for (std::size_t r = 0; r < out.size(); ++r) {
-    if (w > 0 && out[w - 1].first == out[r].first) {
-      out[w - 1].second += out[r].second;
+    if (w > 0 && out[w - 1].pid == out[r].pid) {
+      out[w - 1].threads += out[r].threads;
+      out[w - 1].cpu_ns += out[r].cpu_ns;
+      out[w - 1].timeslices += out[r].timeslices;
     } else {
       out[w++] = out[r];
     }

@@ -1,9 +1,8 @@
 #pragma once
-// TaskCpuIterator: the CPU time of a set of processes from one BPF task iterator read
-// (bpf/task_cpu.bpf.c), the TaskCpuSource the daemon hands its signal sampler for the tenants'
-// accounts (collect/task_cpu.hpp). It attaches nothing to any event: the iterator's program runs
-// only while read() reads its file, once per publish tick, where /proc costs one read per
-// process.
+// TaskCpuIterator: the CPU time, timeslices and threads of a set of processes from one BPF task
+// iterator read (bpf/task_cpu.bpf.c), the TaskCpuSource the daemon hands its signal sampler
+// (collect/task_cpu.hpp). It attaches nothing to any event: the iterator's program runs only
+// while read() reads its file, once a tick, where /proc costs a read per process or more.
 //
 // read() keeps the BPF map of wanted processes equal to `pids` (inserting and deleting only the
 // difference from the previous call), opens the iterator, reads its records and sums them per
@@ -17,7 +16,6 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <utility>
 #include <vector>
 
 #include "collect/task_cpu.hpp"
@@ -30,8 +28,7 @@ class TaskCpuIterator final : public TaskCpuSource {
   static Result<std::unique_ptr<TaskCpuIterator>> open();
   ~TaskCpuIterator() override;
 
-  bool read(std::span<const std::uint32_t> pids,
-            std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) override;
+  bool read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) override;
 
   // Reads that failed (opening or reading the iterator), since open().
   [[nodiscard]] std::uint64_t failed_reads() const { return failed_reads_; }

@@ -514,18 +514,20 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
 // failed read while `failing`.
 class ScriptedTaskCpu final : public TaskCpuSource {
  public:
-  bool read(std::span<const std::uint32_t> pids,
-            std::vector<std::pair<std::uint32_t, std::uint64_t>>& out) override {
+  bool read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) override {
     out.clear();
     ++reads;
     asked.assign(pids.begin(), pids.end());
     if (failing) return false;
-    if (answering && std::binary_search(pids.begin(), pids.end(), pid))
-      out.emplace_back(pid, answer);
+    if (answering && std::binary_search(pids.begin(), pids.end(), pid)) {
+      out.push_back(TaskCpu{pid, threads, answer, timeslices});
+    }
     return true;
   }
   std::uint32_t pid = 0;
+  std::uint32_t threads = 1;
   std::uint64_t answer = 0;
+  std::uint64_t timeslices = 0;
   bool answering = true;
   bool failing = false;
   int reads = 0;
@@ -535,7 +537,7 @@ class ScriptedTaskCpu final : public TaskCpuSource {
 // cpu_time with a TaskCpuSource: after the first sample (from /proc, which sets the source's
 // baseline) the source answers alone, never backwards; a sample it does not answer reads /proc,
 // which only sets its baselines again (the source's samples already counted that time), and the
-// source takes over again from the next /proc sample on. Processes in other modes are not asked.
+// source takes over again from the next /proc sample on. Every process not skipped is asked.
 TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
   const BusyChild busy(/*asleep=*/false);
   const pid_t child = busy.pid();
@@ -559,7 +561,7 @@ TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
     src.answer = answer;
     t += 100'000'000;
     s.sample(pids, modes, t, out, &src);
-    EXPECT_EQ(src.asked, std::vector<std::uint32_t>{src.pid}) << "only cpu_time pids are asked";
+    EXPECT_EQ(src.asked, pids);
     EXPECT_FALSE(out[at].gone);
     return out[at].cpu_time_ns;
   };
@@ -583,6 +585,49 @@ TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
   src.failing = true;
   EXPECT_FALSE(sample(6'000'000'000));
   EXPECT_EQ(s.task_cpu_samples(), 4U);
+}
+
+// The other modes with a TaskCpuSource: a process whose CPU time, timeslices and thread count
+// are what the source said at its last /proc read is answered as unchanged (its last state, no
+// CPU) without a read; any of the three moved, or a process the source does not answer, is read.
+TEST(Signals, a_process_the_task_cpu_source_says_did_not_run_is_answered_without_a_read) {
+  const BusyChild sleeper(/*asleep=*/true);
+  ASSERT_GT(sleeper.pid(), 0);
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(sleeper.pid())};
+  const SampleMode modes[] = {SampleMode::full};
+  ScriptedTaskCpu src;
+  src.pid = pids[0];
+  src.threads = 3;
+  src.answer = 500'000'000;
+  src.timeslices = 40;
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  const auto sample = [&] {
+    t += 100'000'000;
+    s.sample(pids, modes, t, out, &src);
+    EXPECT_FALSE(out[0].gone);
+    return s.task_cpu_samples();
+  };
+  EXPECT_EQ(sample(), 0U);  // the first: /proc
+  const char state = out[0].state;
+  EXPECT_NE(state, '?');
+  EXPECT_EQ(sample(), 1U);
+  EXPECT_EQ(out[0].state, state);
+  EXPECT_EQ(out[0].cpu_time_ns, 0U);
+  EXPECT_EQ(sample(), 2U);
+  src.timeslices = 41;  // a thread was switched in
+  EXPECT_EQ(sample(), 2U);
+  EXPECT_EQ(sample(), 3U) << "the /proc read took the new figures as its baseline";
+  src.threads = 4;
+  EXPECT_EQ(sample(), 3U);
+  src.answer += 1;
+  EXPECT_EQ(sample(), 3U);
+  src.answering = false;
+  EXPECT_EQ(sample(), 3U);
+  src.answering = true;
+  EXPECT_EQ(sample(), 3U) << "no baseline after a sample the source did not answer";
+  EXPECT_EQ(sample(), 4U);
 }
 
 // idle_backoff: a sleeping single-threaded process is looked at less and less often, down to

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -80,10 +82,9 @@ class BurntChild {
   bool ready_ = false;
 };
 
-std::optional<std::uint64_t> find(const std::vector<std::pair<std::uint32_t, std::uint64_t>>& v,
-                                  std::uint32_t pid) {
-  for (const auto& [p, ns] : v) {
-    if (p == pid) return ns;
+std::optional<TaskCpu> find(const std::vector<TaskCpu>& v, std::uint32_t pid) {
+  for (const TaskCpu& t : v) {
+    if (t.pid == pid) return t;
   }
   return std::nullopt;
 }
@@ -96,7 +97,7 @@ std::uint32_t reaped_pid() {
   return static_cast<std::uint32_t>(p);
 }
 
-class TaskCpu : public ::testing::Test {
+class TaskCpuIter : public ::testing::Test {
  protected:
   void SetUp() override {
     auto r = TaskCpuIterator::open();
@@ -109,50 +110,63 @@ class TaskCpu : public ::testing::Test {
 // One read answers each asked process that lives with its CPU time since it started, the time of
 // its exited threads included, as /proc/PID/stat's utime + stime says it (to its clock ticks);
 // a pid without a process is not answered; a process no longer asked is no longer reported.
-TEST_F(TaskCpu, reports_the_asked_processes_cpu_time_with_their_exited_threads) {
+TEST_F(TaskCpuIter, reports_the_asked_processes_cpu_time_with_their_exited_threads) {
   const BurntChild child;
   ASSERT_TRUE(child.ready());
   const std::uint32_t self = static_cast<std::uint32_t>(getpid());
   const std::uint32_t none = reaped_pid();
   std::vector<std::uint32_t> pids = {child.pid(), self, none};
   std::sort(pids.begin(), pids.end());
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
+  std::vector<TaskCpu> out;
   ASSERT_TRUE(it_->read(pids, out));
-  const auto ns = find(out, child.pid());
-  ASSERT_TRUE(ns.has_value()) << "the child was not reported";
-  EXPECT_GE(*ns, 300 * kMsNs) << "the exited thread's 150 ms must be counted";
+  const auto found = find(out, child.pid());
+  ASSERT_TRUE(found.has_value()) << "the child was not reported";
+  const std::uint64_t ns = found->cpu_ns;
+  EXPECT_GE(ns, 300 * kMsNs) << "the exited thread's 150 ms must be counted";
+  EXPECT_EQ(found->threads, 1U) << "the burning thread has exited";
+  EXPECT_GE(found->timeslices, 1U);
   const auto st = test_support::read_proc_stat(static_cast<pid_t>(child.pid()));
   ASSERT_TRUE(st.has_value());
   const std::uint64_t stat_ns = (st->utime_ticks + st->stime_ticks) * 1'000'000'000U /
                                 static_cast<std::uint64_t>(sysconf(_SC_CLK_TCK));
-  EXPECT_LE(*ns, stat_ns + 30 * kMsNs) << "stat says " << stat_ns;
-  EXPECT_GE(*ns + 30 * kMsNs, stat_ns) << "stat says " << stat_ns;
+  EXPECT_LE(ns, stat_ns + 30 * kMsNs) << "stat says " << stat_ns;
+  EXPECT_GE(ns + 30 * kMsNs, stat_ns) << "stat says " << stat_ns;
   EXPECT_TRUE(find(out, self).has_value());
   EXPECT_FALSE(find(out, none).has_value());
-  EXPECT_TRUE(std::is_sorted(out.begin(), out.end()));
+  EXPECT_TRUE(std::is_sorted(out.begin(), out.end(),
+                             [](const TaskCpu& a, const TaskCpu& b) { return a.pid < b.pid; }));
 
-  // The child alone: this process leaves the map.
+  // The child alone: this process leaves the map. Asleep, the child has not moved.
   const std::vector<std::uint32_t> only = {child.pid()};
   ASSERT_TRUE(it_->read(only, out));
   ASSERT_EQ(out.size(), 1U);
-  EXPECT_EQ(out[0].first, child.pid());
-  EXPECT_GE(out[0].second, *ns) << "a sleeping process's CPU time does not go back";
+  EXPECT_EQ(out[0].pid, child.pid());
+  EXPECT_EQ(out[0].cpu_ns, ns) << "a sleeping process's CPU time stays";
+  EXPECT_EQ(out[0].timeslices, found->timeslices);
   ASSERT_TRUE(it_->read({}, out));
   EXPECT_TRUE(out.empty());
   EXPECT_EQ(it_->failed_reads(), 0U);
   EXPECT_EQ(it_->refused(), 0U);
 }
 
-// A process with many threads is one entry, the sum of its threads.
-TEST_F(TaskCpu, sums_a_process_threads_into_one_entry) {
+// A process with many threads is one entry, the sum of its threads, live and exited.
+TEST_F(TaskCpuIter, sums_a_process_threads_into_one_entry) {
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i) threads.emplace_back([] { burn_thread_cpu(20); });
   for (auto& t : threads) t.join();
+  std::atomic<bool> stop{false};
+  std::thread live([&] {
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
   const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(getpid())};
-  std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
-  ASSERT_TRUE(it_->read(pids, out));
+  std::vector<TaskCpu> out;
+  const bool ok = it_->read(pids, out);
+  stop = true;
+  live.join();
+  ASSERT_TRUE(ok);
   ASSERT_EQ(out.size(), 1U);
-  EXPECT_GE(out[0].second, 80 * kMsNs);
+  EXPECT_GE(out[0].cpu_ns, 80 * kMsNs);
+  EXPECT_GE(out[0].threads, 2U) << "the main thread and the live one";
 }
 
 }  // namespace
