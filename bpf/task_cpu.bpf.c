@@ -40,8 +40,12 @@ int zernel_task_cpu(struct bpf_iter__task *ctx)
 	struct task_struct *task = ctx->task;
 	struct zernel_task_cpu_rec rec = {};
 
-	if (!task)
+	if (!task) {
+		/* The walk's end: the tasks it visited, so that the reader knows what a read costs. */
+		rec.ns = ctx->meta->seq_num;
+		bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 		return 0;
+	}
 	rec.tgid = task->tgid;
 	if (!bpf_map_lookup_elem(&zernel_task_cpu_procs, &rec.tgid))
 		return 0;

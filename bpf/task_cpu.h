@@ -11,7 +11,8 @@
  * iterator's file as it is read. ns is the thread's se.sum_exec_runtime (the first field of
  * /proc/PID/task/TID/schedstat); the record of the group leader adds the CPU time of the
  * process's threads that have exited (signal->sum_sched_runtime), so the records of a tgid sum
- * to its CPU time since it started, as the kernel's thread_group_cputime() computes it.
+ * to its CPU time since it started, as the kernel's thread_group_cputime() computes it. The
+ * last record has tgid 0 (no process has it) and ns the number of tasks the walk visited.
  */
 #ifndef ZERNEL_BPF_TASK_CPU_H
 #define ZERNEL_BPF_TASK_CPU_H

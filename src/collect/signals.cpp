@@ -115,13 +115,19 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const 
   ++generation_;
   task_cpu_.clear();
   if (task_cpu != nullptr) {
-    source_pids_.clear();
-    for (std::size_t i = 0; i < pids.size(); ++i) {
-      if (i >= modes.size() || modes[i] != SampleMode::skip) source_pids_.push_back(pids[i]);
-    }
+    // Every tracked process is followed (a set that changes as processes come and go); the
+    // source is read when it answers the processes sampled this time for less than /proc would.
+    source_pids_.assign(pids.begin(), pids.end());
     std::sort(source_pids_.begin(), source_pids_.end());
     source_pids_.erase(std::unique(source_pids_.begin(), source_pids_.end()), source_pids_.end());
-    if (!task_cpu->read(source_pids_, task_cpu_)) task_cpu_.clear();
+    task_cpu->follow(source_pids_);
+    std::size_t sampled = 0;
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      if (i >= modes.size() || modes[i] != SampleMode::skip) ++sampled;
+    }
+    if (sampled > 0 && task_cpu->worth_reading(sampled) && !task_cpu->read(task_cpu_)) {
+      task_cpu_.clear();
+    }
   }
   int err = 0;
   const sys::UniqueFd proc = sys::open_dir_at(AT_FDCWD, options_.proc_root.c_str(), err);

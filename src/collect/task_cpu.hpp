@@ -6,6 +6,7 @@
 // from it, and a process none of whose threads has run since its last read from /proc is
 // answered as unchanged without a read; /proc answers the rest.
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -26,9 +27,14 @@ class TaskCpuSource {
   virtual ~TaskCpuSource() = default;
   TaskCpuSource(const TaskCpuSource&) = delete;
   TaskCpuSource& operator=(const TaskCpuSource&) = delete;
-  // Fills `out` (cleared first), sorted by pid, for those of `pids` (sorted, distinct) it
-  // found. False when it could not read at all: the caller reads /proc for every one then.
-  virtual bool read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) = 0;
+  // The processes to answer about (sorted, distinct). The sampler names every process it
+  // tracks, sampled this time or not, so that the set changes only as processes come and go.
+  virtual void follow(std::span<const std::uint32_t> pids) = 0;
+  // Whether one read that answers `wanted` processes costs less than reading them from /proc.
+  [[nodiscard]] virtual bool worth_reading(std::size_t wanted) const = 0;
+  // Fills `out` (cleared first), sorted by pid, for the followed processes it found. False when
+  // it could not read at all: the caller reads /proc for every one then.
+  virtual bool read(std::vector<TaskCpu>& out) = 0;
 };
 
 }  // namespace zernel::collect

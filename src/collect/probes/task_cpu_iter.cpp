@@ -56,39 +56,33 @@ Result<std::unique_ptr<TaskCpuIterator>> TaskCpuIterator::open() {
   return std::unique_ptr<TaskCpuIterator>(new TaskCpuIterator(std::move(impl)));
 }
 
-bool TaskCpuIterator::sync_map(std::span<const std::uint32_t> pids) {
+void TaskCpuIterator::follow(std::span<const std::uint32_t> pids) {
+  if (std::equal(pids.begin(), pids.end(), in_map_.begin(), in_map_.end())) return;
   const int map_fd = bpf_map__fd(impl_->skel->maps.zernel_task_cpu_procs);
   // Gone since the last call: deleted (a missing key is fine: it was refused then).
   changed_.clear();
   std::set_difference(in_map_.begin(), in_map_.end(), pids.begin(), pids.end(),
                       std::back_inserter(changed_));
   for (const std::uint32_t pid : changed_) (void)bpf_map_delete_elem(map_fd, &pid);
-  // New: inserted; one the map refuses is left to /proc (read() does not answer it).
+  // New: inserted; one the map refuses is left to /proc (read() does not answer it) and tried
+  // again at the next change of the set.
   changed_.clear();
   std::set_difference(pids.begin(), pids.end(), in_map_.begin(), in_map_.end(),
                       std::back_inserter(changed_));
   const std::uint8_t one = 1;
-  bool all = true;
   for (const std::uint32_t pid : changed_) {
-    if (bpf_map_update_elem(map_fd, &pid, &one, BPF_ANY) != 0) {
-      ++refused_;
-      all = false;
-    }
+    if (bpf_map_update_elem(map_fd, &pid, &one, BPF_ANY) != 0) ++refused_;
   }
   in_map_.assign(pids.begin(), pids.end());
-  return all;
 }
 
-bool TaskCpuIterator::read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) {
+bool TaskCpuIterator::worth_reading(std::size_t wanted) const {
+  if (tasks_walked_ == 0) return wanted >= kFirstReadAt;
+  return static_cast<std::uint64_t>(wanted) * kWalkPerProcRead >= tasks_walked_;
+}
+
+bool TaskCpuIterator::read(std::vector<TaskCpu>& out) {
   out.clear();
-  if (!sync_map(pids)) {
-    // Forget the refused ones, so that the next call tries them again.
-    const int map_fd = bpf_map__fd(impl_->skel->maps.zernel_task_cpu_procs);
-    std::uint8_t v = 0;
-    std::erase_if(in_map_,
-                  [&](std::uint32_t pid) { return bpf_map_lookup_elem(map_fd, &pid, &v) != 0; });
-  }
-  if (in_map_.empty()) return true;
   const sys::UniqueFd it(bpf_iter_create(bpf_link__fd(impl_->link)));
   if (!it.valid()) {
     ++failed_reads_;
@@ -115,6 +109,10 @@ bool TaskCpuIterator::read(std::span<const std::uint32_t> pids, std::vector<Task
        off += sizeof(zernel_task_cpu_rec)) {
     zernel_task_cpu_rec rec{};
     std::memcpy(&rec, buf_.data() + off, sizeof rec);
+    if (rec.tgid == 0) {  // the walk's end: how many tasks it visited
+      tasks_walked_ = rec.ns;
+      continue;
+    }
     if (out.empty() || out.back().pid != rec.tgid) out.push_back(TaskCpu{rec.tgid, 0, 0, 0});
     TaskCpu& t = out.back();
     ++t.threads;

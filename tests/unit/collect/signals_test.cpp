@@ -514,16 +514,22 @@ TEST(Signals, cpu_time_mode_counts_a_single_threaded_process_from_schedstat_and_
 // failed read while `failing`.
 class ScriptedTaskCpu final : public TaskCpuSource {
  public:
-  bool read(std::span<const std::uint32_t> pids, std::vector<TaskCpu>& out) override {
+  void follow(std::span<const std::uint32_t> pids) override {
+    asked.assign(pids.begin(), pids.end());
+  }
+  [[nodiscard]] bool worth_reading(std::size_t wanted) const override {
+    return wanted >= worth_from;
+  }
+  bool read(std::vector<TaskCpu>& out) override {
     out.clear();
     ++reads;
-    asked.assign(pids.begin(), pids.end());
     if (failing) return false;
-    if (answering && std::binary_search(pids.begin(), pids.end(), pid)) {
+    if (answering && std::binary_search(asked.begin(), asked.end(), pid)) {
       out.push_back(TaskCpu{pid, threads, answer, timeslices});
     }
     return true;
   }
+  std::size_t worth_from = 1;
   std::uint32_t pid = 0;
   std::uint32_t threads = 1;
   std::uint64_t answer = 0;
@@ -537,7 +543,8 @@ class ScriptedTaskCpu final : public TaskCpuSource {
 // cpu_time with a TaskCpuSource: after the first sample (from /proc, which sets the source's
 // baseline) the source answers alone, never backwards; a sample it does not answer reads /proc,
 // which only sets its baselines again (the source's samples already counted that time), and the
-// source takes over again from the next /proc sample on. Every process not skipped is asked.
+// source takes over again from the next /proc sample on. Every process is followed; the source
+// is not read when it is not worth it.
 TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
   const BusyChild busy(/*asleep=*/false);
   const pid_t child = busy.pid();
@@ -584,6 +591,13 @@ TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
   // A failed read: /proc for everyone.
   src.failing = true;
   EXPECT_FALSE(sample(6'000'000'000));
+  EXPECT_EQ(s.task_cpu_samples(), 4U);
+  // Not worth a read for the two processes: not read, /proc answers.
+  src.failing = false;
+  src.worth_from = 3;
+  const int reads = src.reads;
+  EXPECT_TRUE(sample(6'100'000'000));
+  EXPECT_EQ(src.reads, reads);
   EXPECT_EQ(s.task_cpu_samples(), 4U);
 }
 

@@ -118,7 +118,8 @@ TEST_F(TaskCpuIter, reports_the_asked_processes_cpu_time_with_their_exited_threa
   std::vector<std::uint32_t> pids = {child.pid(), self, none};
   std::sort(pids.begin(), pids.end());
   std::vector<TaskCpu> out;
-  ASSERT_TRUE(it_->read(pids, out));
+  it_->follow(pids);
+  ASSERT_TRUE(it_->read(out));
   const auto found = find(out, child.pid());
   ASSERT_TRUE(found.has_value()) << "the child was not reported";
   const std::uint64_t ns = found->cpu_ns;
@@ -138,13 +139,19 @@ TEST_F(TaskCpuIter, reports_the_asked_processes_cpu_time_with_their_exited_threa
 
   // The child alone: this process leaves the map. Asleep, the child has not moved.
   const std::vector<std::uint32_t> only = {child.pid()};
-  ASSERT_TRUE(it_->read(only, out));
+  it_->follow(only);
+  ASSERT_TRUE(it_->read(out));
   ASSERT_EQ(out.size(), 1U);
   EXPECT_EQ(out[0].pid, child.pid());
   EXPECT_EQ(out[0].cpu_ns, ns) << "a sleeping process's CPU time stays";
   EXPECT_EQ(out[0].timeslices, found->timeslices);
-  ASSERT_TRUE(it_->read({}, out));
+  it_->follow({});
+  ASSERT_TRUE(it_->read(out));
   EXPECT_TRUE(out.empty());
+  // Each read walked the node's tasks: this process's two and more.
+  EXPECT_GE(it_->tasks_walked(), 3U);
+  EXPECT_TRUE(it_->worth_reading(it_->tasks_walked()));
+  EXPECT_FALSE(it_->worth_reading(1));
   EXPECT_EQ(it_->failed_reads(), 0U);
   EXPECT_EQ(it_->refused(), 0U);
 }
@@ -160,7 +167,8 @@ TEST_F(TaskCpuIter, sums_a_process_threads_into_one_entry) {
   });
   const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(getpid())};
   std::vector<TaskCpu> out;
-  const bool ok = it_->read(pids, out);
+  it_->follow(pids);
+  const bool ok = it_->read(out);
   stop = true;
   live.join();
   ASSERT_TRUE(ok);
