@@ -34,6 +34,9 @@ struct {
 	__type(value, __u8);
 } zernel_task_cpu_procs SEC(".maps");
 
+/* Tasks the iterator has visited since it was loaded (every read, all readers). */
+__u64 zernel_tasks_walked;
+
 SEC("iter/task")
 int zernel_task_cpu(struct bpf_iter__task *ctx)
 {
@@ -41,11 +44,15 @@ int zernel_task_cpu(struct bpf_iter__task *ctx)
 	struct zernel_task_cpu_rec rec = {};
 
 	if (!task) {
-		/* The walk's end: the tasks it visited, so that the reader knows what a read costs. */
-		rec.ns = ctx->meta->seq_num;
+		/*
+		 * The walk's end: the tasks visited since the program was loaded, so that the reader
+		 * knows what a read costs (meta->seq_num counts only the tasks that wrote a record).
+		 */
+		rec.ns = zernel_tasks_walked;
 		bpf_seq_write(ctx->meta->seq, &rec, sizeof(rec));
 		return 0;
 	}
+	__sync_fetch_and_add(&zernel_tasks_walked, 1);
 	rec.tgid = task->tgid;
 	if (!bpf_map_lookup_elem(&zernel_task_cpu_procs, &rec.tgid))
 		return 0;

@@ -12,7 +12,8 @@
  * /proc/PID/task/TID/schedstat); the record of the group leader adds the CPU time of the
  * process's threads that have exited (signal->sum_sched_runtime), so the records of a tgid sum
  * to its CPU time since it started, as the kernel's thread_group_cputime() computes it. The
- * last record has tgid 0 (no process has it) and ns the number of tasks the walk visited.
+ * last record has tgid 0 (no process has it) and ns the number of tasks that walks have visited
+ * since the program was loaded (the difference between two reads' is the later one's walk).
  */
 #ifndef ZERNEL_BPF_TASK_CPU_H
 #define ZERNEL_BPF_TASK_CPU_H

@@ -109,8 +109,9 @@ bool TaskCpuIterator::read(std::vector<TaskCpu>& out) {
        off += sizeof(zernel_task_cpu_rec)) {
     zernel_task_cpu_rec rec{};
     std::memcpy(&rec, buf_.data() + off, sizeof rec);
-    if (rec.tgid == 0) {  // the walk's end: how many tasks it visited
-      tasks_walked_ = rec.ns;
+    if (rec.tgid == 0) {  // the walk's end: tasks visited by all walks so far
+      tasks_walked_ = rec.ns > walked_total_ ? rec.ns - walked_total_ : tasks_walked_;
+      walked_total_ = rec.ns;
       continue;
     }
     if (out.empty() || out.back().pid != rec.tgid) out.push_back(TaskCpu{rec.tgid, 0, 0, 0});

@@ -58,6 +58,7 @@ class TaskCpuIterator final : public TaskCpuSource {
   std::vector<std::uint32_t> changed_;
   std::vector<char> buf_;
   std::uint64_t tasks_walked_ = 0;
+  std::uint64_t walked_total_ = 0;  // the BPF side's count at the last read
   std::uint64_t failed_reads_ = 0;
   std::uint64_t refused_ = 0;
 };
