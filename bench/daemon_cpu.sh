@@ -21,6 +21,8 @@
 # safety net's scan that re-reads every process's descriptors, every 4th 30-s scan with NVML).
 # One JSON line: the counts, the daemon's CPU, the share of one core, and the machine's load
 # average before and after.
+# The daemon inherits the environment: ZERNEL_TEST_NO_TASK_ITER=1 makes it read the tenants' CPU
+# time from /proc instead of the BPF task iterator, for a comparison in one build.
 #   bench/daemon_cpu.sh --tracked 1000 --seconds 120
 #   bench/daemon_cpu.sh --tracked 0 --untracked 2000 --seconds 120
 set -euo pipefail
