@@ -57,23 +57,31 @@ Result<std::unique_ptr<TaskCpuIterator>> TaskCpuIterator::open() {
 }
 
 void TaskCpuIterator::follow(std::span<const std::uint32_t> pids) {
-  if (std::equal(pids.begin(), pids.end(), in_map_.begin(), in_map_.end())) return;
+  if (std::equal(pids.begin(), pids.end(), followed_.begin(), followed_.end())) return;
+  followed_.assign(pids.begin(), pids.end());
   const int map_fd = bpf_map__fd(impl_->skel->maps.zernel_task_cpu_procs);
-  // Gone since the last call: deleted (a missing key is fine: it was refused then).
+  // Gone since the last change: deleted.
   changed_.clear();
   std::set_difference(in_map_.begin(), in_map_.end(), pids.begin(), pids.end(),
                       std::back_inserter(changed_));
   for (const std::uint32_t pid : changed_) (void)bpf_map_delete_elem(map_fd, &pid);
-  // New: inserted; one the map refuses is left to /proc (read() does not answer it) and tried
-  // again at the next change of the set.
+  // Not in the map: inserted. One the map refuses (full) is left to /proc, read() does not
+  // answer it, and it is tried again at the next change of the set.
   changed_.clear();
   std::set_difference(pids.begin(), pids.end(), in_map_.begin(), in_map_.end(),
                       std::back_inserter(changed_));
+  std::erase_if(in_map_, [&](std::uint32_t pid) {
+    return !std::binary_search(pids.begin(), pids.end(), pid);
+  });
   const std::uint8_t one = 1;
   for (const std::uint32_t pid : changed_) {
-    if (bpf_map_update_elem(map_fd, &pid, &one, BPF_ANY) != 0) ++refused_;
+    if (bpf_map_update_elem(map_fd, &pid, &one, BPF_ANY) == 0) {
+      in_map_.push_back(pid);
+    } else {
+      ++refused_;
+    }
   }
-  in_map_.assign(pids.begin(), pids.end());
+  std::sort(in_map_.begin(), in_map_.end());
 }
 
 bool TaskCpuIterator::worth_reading(std::size_t wanted) const {

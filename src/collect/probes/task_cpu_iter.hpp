@@ -5,7 +5,7 @@
 // while read() reads its file, once a tick, where /proc costs a read per process or more.
 //
 // follow() keeps the BPF map of wanted processes equal to `pids` (inserting and deleting only
-// the difference from the previous call); read() opens the iterator, reads its records and sums
+// the difference, when the set changed); read() opens the iterator, reads its records and sums
 // them per process. A read walks every task of the node (the iterator's last call says how
 // many), so worth_reading() says yes only when the processes it answers would cost more to read
 // from /proc: a /proc read costs about as much as walking kWalkPerProcRead tasks. A process over
@@ -54,7 +54,8 @@ class TaskCpuIterator final : public TaskCpuSource {
   explicit TaskCpuIterator(std::unique_ptr<Impl> impl);
 
   std::unique_ptr<Impl> impl_;
-  std::vector<std::uint32_t> in_map_;  // the map's keys, sorted
+  std::vector<std::uint32_t> followed_;  // follow()'s last set, sorted
+  std::vector<std::uint32_t> in_map_;    // the map's keys, sorted (followed_ less refused ones)
   std::vector<std::uint32_t> changed_;
   std::vector<char> buf_;
   std::uint64_t tasks_walked_ = 0;
