@@ -41,8 +41,9 @@
 //                 samples; the first sample that finds it ran ends the back-off;
 //   stat_only     CPU time and state (a process whose phase comes from events);
 //   cpu_time      the CPU time only (a tenant's account). With a TaskCpuSource (a BPF task
-//                 iterator, collect/task_cpu.hpp) every such process after its first sample is
-//                 answered from the source's one read for all of them, no /proc read at all;
+//                 iterator, collect/task_cpu.hpp) read this time (where its one read costs less
+//                 than the /proc reads it saves), every such process after its first sample is
+//                 answered from it, no /proc read at all;
 //                 one the source does not answer is read as follows. A single-threaded process
 //                 that ran is answered from its schedstat's run time, which for one thread is
 //                 its CPU time, and its stat is read every kCpuTimeStatEvery samples to see
@@ -77,6 +78,7 @@ namespace zernel::collect {
 struct SchedStat;  // collect/wait_state.hpp
 class TaskCpuSource;  // collect/task_cpu.hpp
 struct TaskCpu;
+
 enum class SampleMode : std::uint8_t { full, no_nccl, idle_backoff, stat_only, cpu_time, skip };
 
 struct SignalsOptions {
@@ -260,7 +262,7 @@ class SignalSampler {
   std::uint64_t generation_ = 0;
   std::unordered_map<std::uint32_t, PidState> state_;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> threads_;
-  std::vector<std::uint32_t> source_pids_;  // this sample's pids the source is asked about
+  std::vector<std::uint32_t> source_pids_;  // this sample's pids, which the source follows
   std::vector<TaskCpu> task_cpu_;           // the source's answer, by pid
   std::string buf_;
   std::string link_;
