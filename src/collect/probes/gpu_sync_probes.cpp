@@ -103,9 +103,7 @@ bool kernel_allows_timer_in_uprobes() {
 }
 
 Error libbpf_error(const std::string& what, int err) {
-  if (err < 0) err = -err;
-  if (err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
-  return errno_error(what, err);
+  return sys::libbpf_error(what, err, kNeedRoot);
 }
 
 std::uint64_t delta(std::uint64_t now, std::uint64_t before) {

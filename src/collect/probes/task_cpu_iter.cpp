@@ -22,9 +22,7 @@ namespace {
 constexpr const char* kNeedRoot = "the task iterator needs root (CAP_BPF, CAP_PERFMON)";
 
 Error libbpf_error(const std::string& what, int err) {
-  if (err < 0) err = -err;
-  if (err == EPERM) return Error(EPERM, what + ": " + kNeedRoot);
-  return errno_error(what, err);
+  return sys::libbpf_error(what, err, kNeedRoot);
 }
 
 }  // namespace

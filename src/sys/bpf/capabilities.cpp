@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 
 namespace zernel::sys {
@@ -26,6 +27,12 @@ bool can_use_bpf_tracing() {
   constexpr int kCapPerfmon = 38;  // not in older headers
   constexpr int kCapBpf = 39;
   return has_capability(CAP_SYS_ADMIN) || (has_capability(kCapBpf) && has_capability(kCapPerfmon));
+}
+
+Error libbpf_error(const std::string& what, int err, const char* need_root) {
+  if (err < 0) err = -err;
+  if (err == EPERM) return Error(EPERM, what + ": " + need_root);
+  return errno_error(what, err);
 }
 
 }  // namespace zernel::sys
