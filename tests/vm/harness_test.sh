@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Self-test of run-in-vm.sh, five boots: the exit status, stdout and stderr kept apart, --add, the
+# Self-test of run-in-vm.sh, seven boots: the exit status, stdout and stderr kept apart, --add, the
 # build's dynamically linked binaries on PATH, argument quoting; the timeout; a kernel that
-# panics while booting (no init to run) is booted once more, then reported as the harness's
-# failure.
+# panics while booting (no init to run) and a kernel `Oops: int3` (here a forged console line)
+# are booted once more, once, then reported as the harness's failure.
 set -euo pipefail
 run=$(dirname "$(realpath "$0")")/run-in-vm.sh
 tmp=$(mktemp -d)
@@ -40,3 +40,16 @@ grep -q 'panicked while booting, before the command ran; booting once more' "$tm
   fail "panic while booting: no second boot: $(cat "$tmp/err")"
 grep -q 'reported no exit status' "$tmp/err" || fail "panic while booting: $(cat "$tmp/err")"
 echo "ok: a panic while booting is booted once more, then reported"
+
+# A kernel "Oops: int3" (QEMU TCG running a breakpoint of finished text patching) is booted once
+# more; here every boot has one (a line at KERN_ERR on the console), so the second fails the run.
+rc=0
+"$run" -- sh -c 'echo "<3>Oops: int3: 0000 [#1] SMP (forged by harness_test.sh)" > /dev/kmsg
+  echo ran' > "$tmp/out" 2> "$tmp/err" || rc=$?
+[ "$rc" = 125 ] || fail "int3 oops: status $rc, want 125"
+[ "$(grep -c 'stale int3 of its own text patching' "$tmp/err")" = 1 ] ||
+  fail "int3 oops: not booted exactly once more: $(cat "$tmp/err")"
+grep -q 'forged by harness_test.sh' "$tmp/err" || fail "int3 oops: the fault is not shown"
+grep -q 'reported an oops, BUG, WARN or panic' "$tmp/err" || fail "int3 oops: $(cat "$tmp/err")"
+[ "$(cat "$tmp/out")" = ran ] || fail "int3 oops: stdout of the second boot: $(cat "$tmp/out")"
+echo "ok: a kernel int3 oops is booted once more, once, then reported"
