@@ -185,6 +185,14 @@ bool SignalSampler::unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns
   return true;
 }
 
+bool SignalSampler::ran_little(const PidState& s, const sys::ProcStat& st, std::uint64_t run_ns,
+                               std::uint64_t interval_ns) {
+  // Alone in its process at both reads (schedstat's run time is the main thread's only), both
+  // run times known, and less than 1/kNearlyIdleShare of the interval between them.
+  return s.num_threads == 1 && st.num_threads == 1 && s.run_ns != 0 && run_ns >= s.run_ns &&
+         (run_ns - s.run_ns) < interval_ns / kNearlyIdleShare;
+}
+
 void SignalSampler::answered(PidState& s, std::uint64_t now_ns) const {
   s.generation = generation_;
   s.last_ns = now_ns;
@@ -425,6 +433,9 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
 
   PidState& s = state_for_stat(pid, *st, out);
   const bool elapsed = s.samples != 0 && now_ns > s.last_ns;
+  const bool nearly_idle = mode == SampleMode::idle_backoff && elapsed &&
+                           ran_little(s, *st, sched_run_ns, now_ns - s.last_ns);
+  const std::uint32_t prior_streak = s.idle_streak;
   s.generation = generation_;
   s.state = st->state;
   s.num_threads = st->num_threads;
@@ -448,6 +459,14 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
       gone_errno(sample_io_wait(pid, *st, s, dir, elapsed, now_ns, out))) {
     drop_pid(pid, out);
     return;
+  }
+  if (nearly_idle && st->state != 'D' && out.io_wait_fraction.value_or(0.0F) == 0.0F) {
+    // It ran, but for less than the periodic rules tell from sleep, and did not wait for I/O
+    // (that is DataLoading's sign): backed off as one that did not run (the sample after the
+    // back-off measures the whole interval since this one).
+    s.idle_streak = std::min(prior_streak + 1, kIdleBackoffMax);
+    s.idle_skip = s.idle_streak;
+    ++nearly_idle_samples_;
   }
   if (mode == SampleMode::full && s.samples % options_.nccl_check_every == 0 && dir.open() == 0) {
     out.nccl_active = nccl_active(dir.fd.get());

@@ -38,7 +38,10 @@
 //   idle_backoff  no_nccl for a process that may sleep for long: a single-threaded process found
 //                 not to have run n samples in a row skips the next min(n, kIdleBackoffMax)
 //                 samples, so a sleeping one costs one schedstat read every kIdleBackoffMax + 1
-//                 samples; the first sample that finds it ran ends the back-off;
+//                 samples; one that ran less than 1/kNearlyIdleShare of the interval (a launcher
+//                 or an agent waking every tick for a few microseconds) is read in full and
+//                 backs off the same way, unless it waited for block I/O or is in it (state D);
+//                 the first sample that finds it ran more ends the back-off;
 //   stat_only     CPU time and state (a process whose phase comes from events);
 //   cpu_time      the CPU time only (a tenant's account). With a TaskCpuSource (a BPF task
 //                 iterator, collect/task_cpu.hpp) read this time (where its one read costs less
@@ -150,11 +153,18 @@ class SignalSampler {
 
   // idle_backoff samples skipped (the process was idle), since construction.
   [[nodiscard]] std::uint64_t idle_skipped_samples() const { return idle_skipped_samples_; }
+  // idle_backoff samples that found the process ran, but little (kNearlyIdleShare), and so
+  // backed it off, since construction.
+  [[nodiscard]] std::uint64_t nearly_idle_samples() const { return nearly_idle_samples_; }
 
   // cpu_time: a single-threaded process's stat is read at least once in this many samples.
   static constexpr std::uint32_t kCpuTimeStatEvery = 10;
   // idle_backoff: the most samples skipped in a row.
   static constexpr std::uint32_t kIdleBackoffMax = 4;
+  // idle_backoff: a process that ran less than 1/this of the interval since its last sample
+  // backs off as an idle one (1 %: 1 ms of a 100 ms tick; for such a process, matched by a rule
+  // only, the periodic rules weigh its I/O wait, not its CPU time).
+  static constexpr std::uint64_t kNearlyIdleShare = 100;
 
  private:
   struct PidState {
@@ -220,6 +230,10 @@ class SignalSampler {
   // full read to keep.
   bool unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns, ProcessSignals& out,
                  std::uint64_t& run_ns, std::uint64_t& timeslices);
+  // idle_backoff: a single-threaded process (at its last read and now) whose run time grew from
+  // s.run_ns to `run_ns` by less than 1/kNearlyIdleShare of `interval_ns`.
+  static bool ran_little(const PidState& s, const sys::ProcStat& st, std::uint64_t run_ns,
+                         std::uint64_t interval_ns);
   // cpu_time: a sample answered from the run time in `st` (see SampleMode); false when the stat
   // is due (every kCpuTimeStatEvery samples) or the run time went backwards.
   bool cpu_time_from_schedstat(PidState& s, const SchedStat& st, std::uint64_t now_ns,
@@ -257,6 +271,7 @@ class SignalSampler {
   std::uint64_t unchanged_samples_ = 0;
   std::uint64_t schedstat_cpu_samples_ = 0;
   std::uint64_t idle_skipped_samples_ = 0;
+  std::uint64_t nearly_idle_samples_ = 0;
   std::uint64_t task_cpu_samples_ = 0;
   std::uint64_t ticks_per_s_ = 100;
   std::uint64_t generation_ = 0;

@@ -690,6 +690,53 @@ TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs)
   }
 }
 
+// idle_backoff: a process that wakes often but runs for microseconds each time (a launcher's or
+// an agent's poll loop) backs off as a sleeping one does: it runs less than 1 % of each 100 ms
+// interval. A process that runs for longer is read at every sample.
+TEST(Signals, idle_backoff_backs_off_a_process_that_runs_only_a_little) {
+  const pid_t napper = fork();
+  if (napper == 0) {
+    for (;;) {
+      timespec ts{0, 2'000'000};  // wakes every 2 ms, for a few microseconds
+      nanosleep(&ts, nullptr);
+    }
+  }
+  ASSERT_GT(napper, 0);
+  const BusyChild busy(/*asleep=*/false);
+  ASSERT_GT(busy.pid(), 0);
+  SignalSampler s;
+  const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(napper),
+                                           static_cast<std::uint32_t>(busy.pid())};
+  const SampleMode modes[] = {SampleMode::idle_backoff, SampleMode::idle_backoff};
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  int napper_looks = 0;
+  int busy_skips = 0;
+  std::uint64_t napper_cpu_ns = 0;
+  for (int i = 0; i < 30; ++i) {
+    // 100 ms of the sampler's time a sample, about 10 ms of the children's: about 5 wakeups of
+    // the napper a sample (tens of microseconds), several ms of the busy child's CPU.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    s.sample(pids, modes, t += 100'000'000, out);
+    ASSERT_FALSE(out[0].gone);
+    ASSERT_FALSE(out[1].gone);
+    if (i < 2) continue;  // the first look and the first interval
+    if (!out[0].skipped) {
+      ++napper_looks;
+      napper_cpu_ns += out[0].cpu_time_ns.value_or(0);
+    }
+    if (out[1].skipped) ++busy_skips;
+  }
+  kill(napper, SIGKILL);
+  waitpid(napper, nullptr, 0);
+  // Of 28 samples, with back-offs of 1, 2, 3, 4, 4, 4, 4 skips after the looks: about 8 looks.
+  EXPECT_LE(napper_looks, 12) << "the napper was not backed off";
+  EXPECT_GE(s.nearly_idle_samples(), 6U);
+  EXPECT_EQ(busy_skips, 0) << "a process that runs was backed off";
+  // What it ran is still counted, over the whole interval since its last look (stat ticks).
+  EXPECT_LT(napper_cpu_ns, 100'000'000U);
+}
+
 TEST(Signals, a_process_that_runs_is_read_in_full) {
   SignalSampler s;
   const std::vector<std::uint32_t> pids = {static_cast<std::uint32_t>(::getpid())};
