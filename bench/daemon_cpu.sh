@@ -126,7 +126,14 @@ sleep 10
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$dpid/stat")
 t0=$(date +%s.%N)
-sleep "$secs"
+# The window without a process of ours alive in it: a `sleep` would be a program started within
+# the daemon's NVML window (it reads NVML's list every tick while a process forked or exec'd in the
+# last 30 s lives, as a new rank would), which no node's steady state has. A read with a timeout on
+# a FIFO nobody writes waits in bash itself.
+mkfifo "$tmp/pause"
+exec {pause_fd}<>"$tmp/pause"
+read -r -t "$secs" -u "$pause_fd" _ || true
+exec {pause_fd}>&-
 read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$dpid/stat")
 t1=$(date +%s.%N)
 load1=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -73,6 +73,25 @@ std::size_t request(std::array<std::byte, kDatagramBytes>& buf, std::uint32_t se
 
 }  // namespace
 
+void RecentSpawns::apply(std::span<const ProcEvent> events, std::uint64_t now_ns) {
+  for (const ProcEvent& e : events) {
+    if (e.kind == ProcEventKind::exit) {
+      since_.erase(e.pid);
+    } else if (e.kind == ProcEventKind::fork || e.kind == ProcEventKind::exec) {
+      if (since_.size() < capacity_ || since_.contains(e.pid)) {
+        since_[e.pid] = now_ns;
+      } else {
+        overflow_until_ns_ = now_ns + window_ns_;
+      }
+    }
+  }
+}
+
+bool RecentSpawns::any(std::uint64_t now_ns) {
+  std::erase_if(since_, [&](const auto& p) { return now_ns >= p.second + window_ns_; });
+  return !since_.empty() || now_ns < overflow_until_ns_;
+}
+
 bool parse_proc_event(std::span<const std::byte> d, std::vector<ProcEvent>& out) {
   if (d.size() < NLMSG_HDRLEN + sizeof(cn_msg)) return false;
   const auto nh = load<nlmsghdr>(d.data());

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/result.hpp"
@@ -61,6 +62,30 @@ struct ProcEventStats {
 // Parses one datagram (nlmsghdr, cn_msg, proc_event) and appends what it says to `out` (nothing
 // for kinds the daemon does not use). Returns false when the datagram is malformed. Pure.
 bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent>& out);
+
+// The processes forked or exec'd within the last `window_ns` that have not exited: while there is
+// one, a program started recently may be about to create a GPU context (the daemon reads NVML's
+// process list every tick then, collect/discovery.hpp's callers). A short-lived one (a health
+// probe's shell, a `cat`) leaves at its exit, so a node that runs such commands all the time does
+// not keep the window open. Holds at most `capacity` processes; a spawn beyond that keeps any()
+// true for a whole window. Pure.
+class RecentSpawns {
+ public:
+  explicit RecentSpawns(std::uint64_t window_ns, std::size_t capacity = 4096)
+      : window_ns_(window_ns), capacity_(capacity) {}
+
+  // A fork (the child) or an exec adds the process as spawned at now_ns; an exit removes it.
+  void apply(std::span<const ProcEvent> events, std::uint64_t now_ns);
+  // Forgets the processes spawned more than a window before now_ns; whether one is left.
+  bool any(std::uint64_t now_ns);
+  [[nodiscard]] std::size_t size() const { return since_.size(); }
+
+ private:
+  std::uint64_t window_ns_;
+  std::size_t capacity_;
+  std::unordered_map<std::uint32_t, std::uint64_t> since_;  // pid -> when spawned
+  std::uint64_t overflow_until_ns_ = 0;
+};
 
 class ProcEvents {
  public:

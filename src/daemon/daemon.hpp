@@ -41,6 +41,7 @@
 #include "collect/cpu_load.hpp"
 #include "collect/discovery.hpp"
 #include "collect/pod_resources.hpp"
+#include "collect/proc_events.hpp"
 #include "collect/signals.hpp"
 #include "collect/tick_builder.hpp"
 #include "sys/delayacct.hpp"
@@ -202,9 +203,10 @@ class Daemon final : private ControlHost {
   // their scratch, what discovery last ran with, and when it lists all of /proc next.
   static constexpr std::uint64_t kRescanNs = 30'000'000'000;
   static constexpr std::uint32_t kAttrScansWithNvml = 4;  // see open_process_events()
-  // NVML's list every tick for this long after a fork or an exec, else every poll tick.
+  // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive, else
+  // every poll tick.
   static constexpr std::uint64_t kNvmlEagerNs = 30'000'000'000;
-  std::uint64_t last_spawn_ns_ = 0;  // the tick that last saw a fork or an exec event
+  collect::RecentSpawns recent_spawns_{kNvmlEagerNs};
   std::unique_ptr<collect::ProcEvents> proc_events_;
   std::vector<collect::ProcEvent> proc_event_buf_;
   collect::GpuProcessMap discovered_nvml_;

@@ -7,9 +7,9 @@
 // Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon
 // reads them every tick: an exit drops a tracked process at once; forks, execs and renames go to
 // discovery, which re-reads only those processes, at the next poll tick, or at once when a
-// tracked GPU owner forked (a DataLoader worker); NVML's list is read every tick while any
-// process was forked or exec'd within kNvmlEagerNs, else every poll tick, and a new process in it
-// is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
+// tracked GPU owner forked (a DataLoader worker); NVML's list is read every tick while a process
+// forked or exec'd within kNvmlEagerNs is still alive, else every poll tick, and a new process in
+// it is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
 // events were lost. A process whose phases come from events is not read every tick, only on
 // publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's other
 // processes' CPU time (SampleMode::cpu_time: all of them from one read of the BPF task iterator,
@@ -147,15 +147,14 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
     } else if (tracked_.contains(e.pid)) {
       urgent = true;  // a tracked process exec'd or renamed itself
     }
-    if (e.kind == collect::ProcEventKind::fork || e.kind == collect::ProcEventKind::exec) {
-      last_spawn_ns_ = now_ns;  // a new program may create a GPU context soon (kNvmlEagerNs)
-    }
   }
   discovery_.apply(proc_event_buf_, now_ns);
-  if (nvml_ && (poll_tick || now_ns < last_spawn_ns_ + kNvmlEagerNs)) {
-    // NVML's list every tick while a process was forked or exec'd within kNvmlEagerNs (a new
-    // rank creates its GPU context in its first seconds: it is followed at once), else every
-    // poll tick; and at every discovery the events ask for (poll_processes reads it then).
+  recent_spawns_.apply(proc_event_buf_, now_ns);
+  if (nvml_ && (poll_tick || recent_spawns_.any(now_ns))) {
+    // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive (a
+    // new rank creates its GPU context in its first seconds: it is followed at once; the short
+    // commands a node runs all the time leave the window at their exit), else every poll tick;
+    // and at every discovery the events ask for (poll_processes reads it then).
     read_nvml_processes();
     nvml_procs_fresh_ = true;
     urgent = urgent || nvml_procs_ != discovered_nvml_;

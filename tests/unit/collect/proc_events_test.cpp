@@ -114,5 +114,50 @@ TEST(ProcEvents, the_kernel_reports_a_fork_a_thread_and_the_exits) {
   EXPECT_GT((*pe)->stats().events, 0U);
 }
 
+// RecentSpawns: a spawned process keeps the window open until it exits or a window has passed
+// since its last fork or exec; other events do not count; a spawn beyond the capacity keeps it
+// open for a whole window.
+TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
+  constexpr std::uint64_t kWindow = 30'000;
+  RecentSpawns r(kWindow, /*capacity=*/3);
+  const auto ev = [](ProcEventKind k, std::uint32_t pid) {
+    ProcEvent e;
+    e.kind = k;
+    e.pid = pid;
+    e.tid = pid;
+    return e;
+  };
+  EXPECT_FALSE(r.any(0));
+  const std::vector<ProcEvent> quiet = {ev(ProcEventKind::comm, 5), ev(ProcEventKind::uid, 5),
+                                        ev(ProcEventKind::thread_exit, 5)};
+  r.apply(quiet, 100);
+  EXPECT_FALSE(r.any(100)) << "only forks and execs open the window";
+
+  // A health probe's shell: forked, exec'd, gone within a tick.
+  const std::vector<ProcEvent> probe = {ev(ProcEventKind::fork, 10), ev(ProcEventKind::exec, 10),
+                                        ev(ProcEventKind::exit, 10)};
+  r.apply(probe, 1'000);
+  EXPECT_FALSE(r.any(1'000)) << "a process that exited does not hold the window";
+
+  // A new rank: forked at 2,000, exec'd at 5,000, alive: until 5,000 + the window.
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 20)}, 2'000);
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exec, 20)}, 5'000);
+  EXPECT_TRUE(r.any(5'000 + kWindow - 1));
+  EXPECT_FALSE(r.any(5'000 + kWindow));
+  EXPECT_EQ(r.size(), 0U) << "an expired spawn is forgotten";
+
+  // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window.
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 31), ev(ProcEventKind::fork, 32),
+                                 ev(ProcEventKind::fork, 33), ev(ProcEventKind::fork, 34)},
+          100'000);
+  EXPECT_EQ(r.size(), 3U);
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 31), ev(ProcEventKind::exit, 32),
+                                 ev(ProcEventKind::exit, 33)},
+          100'001);
+  EXPECT_TRUE(r.any(100'002)) << "the spawn beyond the capacity holds the window";
+  EXPECT_TRUE(r.any(100'000 + kWindow - 1));
+  EXPECT_FALSE(r.any(100'000 + kWindow));
+}
+
 }  // namespace
 }  // namespace zernel::collect
