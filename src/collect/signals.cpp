@@ -193,6 +193,11 @@ bool SignalSampler::ran_little(const PidState& s, const sys::ProcStat& st, std::
          (run_ns - s.run_ns) < interval_ns / kNearlyIdleShare;
 }
 
+void SignalSampler::back_off(PidState& s) {
+  s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
+  s.idle_skip = s.idle_streak;
+}
+
 void SignalSampler::answered(PidState& s, std::uint64_t now_ns) const {
   s.generation = generation_;
   s.last_ns = now_ns;
@@ -390,10 +395,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
     if (mode == SampleMode::cpu_time
             ? cpu_time_from_source(s, *source, now_ns, out)
             : options_.skip_unchanged && unchanged_by_source(s, *source, mode, now_ns, out)) {
-      if (mode == SampleMode::idle_backoff) {
-        s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
-        s.idle_skip = s.idle_streak;
-      }
+      if (mode == SampleMode::idle_backoff) back_off(s);
       return;
     }
   }
@@ -402,11 +404,7 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   if (options_.skip_unchanged && prior != state_.end() &&
       unchanged(prior->second, mode, now_ns, out, sched_run_ns, sched_timeslices)) {
     keep_source_baseline(prior->second, source);
-    if (mode == SampleMode::idle_backoff) {
-      PidState& s = prior->second;
-      s.idle_streak = std::min(s.idle_streak + 1, kIdleBackoffMax);
-      s.idle_skip = s.idle_streak;
-    }
+    if (mode == SampleMode::idle_backoff) back_off(prior->second);
     return;
   }
   PidDir dir{proc_fd, name, {}};  // <proc>/<pid>, opened only when needed
@@ -435,7 +433,6 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   const bool elapsed = s.samples != 0 && now_ns > s.last_ns;
   const bool nearly_idle = mode == SampleMode::idle_backoff && elapsed &&
                            ran_little(s, *st, sched_run_ns, now_ns - s.last_ns);
-  const std::uint32_t prior_streak = s.idle_streak;
   s.generation = generation_;
   s.state = st->state;
   s.num_threads = st->num_threads;
@@ -453,8 +450,6 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
   s.schedstat_cpu_ns = 0;
   s.ticks_stale = false;
   keep_source_baseline(s, source);
-  s.idle_streak = 0;  // it ran (or is read in full): looked at every sample again
-  s.idle_skip = 0;
   if (options_.measure_io_wait && reads_threads(mode) &&
       gone_errno(sample_io_wait(pid, *st, s, dir, elapsed, now_ns, out))) {
     drop_pid(pid, out);
@@ -464,9 +459,11 @@ void SignalSampler::sample_one(int proc_fd, std::uint32_t pid, SampleMode mode,
     // It ran, but for less than the periodic rules tell from sleep, and did not wait for I/O
     // (that is DataLoading's sign): backed off as one that did not run (the sample after the
     // back-off measures the whole interval since this one).
-    s.idle_streak = std::min(prior_streak + 1, kIdleBackoffMax);
-    s.idle_skip = s.idle_streak;
+    back_off(s);
     ++nearly_idle_samples_;
+  } else {
+    s.idle_streak = 0;  // it ran (or is read in full): looked at every sample again
+    s.idle_skip = 0;
   }
   if (mode == SampleMode::full && s.samples % options_.nccl_check_every == 0 && dir.open() == 0) {
     out.nccl_active = nccl_active(dir.fd.get());

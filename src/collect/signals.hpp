@@ -230,6 +230,8 @@ class SignalSampler {
   // full read to keep.
   bool unchanged(PidState& s, SampleMode mode, std::uint64_t now_ns, ProcessSignals& out,
                  std::uint64_t& run_ns, std::uint64_t& timeslices);
+  // idle_backoff: one more sample in a row found it idle; skip the next min(that, kIdleBackoffMax).
+  static void back_off(PidState& s);
   // idle_backoff: a single-threaded process (at its last read and now) whose run time grew from
   // s.run_ns to `run_ns` by less than 1/kNearlyIdleShare of `interval_ns`.
   static bool ran_little(const PidState& s, const sys::ProcStat& st, std::uint64_t run_ns,
