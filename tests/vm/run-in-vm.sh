@@ -178,8 +178,10 @@ boot
 #   fault in vm.scx_sharing, ten attaches and detaches a run, with RIP one byte into a `jmp` of
 #   __schedule, where a trapping int3 leaves it). A real CPU cannot.
 # Any other oops, BUG, WARN or panic after the mark, or a second fault, fails the run below.
+# What on the console is a kernel fault (loglevel=5 puts warnings and worse there).
+fault_re='Oops|BUG:|WARNING: CPU|Kernel panic'
 oops_lines() {  # the first fault's report: from its first line, 40 lines
-  awk '/Oops|BUG:|WARNING: CPU|Kernel panic/ && !n { n = NR } n && NR < n + 40' "$run/console"
+  awk -v re="$fault_re" '$0 ~ re && !n { n = NR } n && NR < n + 40' "$run/console"
 }
 again=""
 if [ "$rc" = 0 ] && [ ! -s "$run/status" ] && grep -qa 'Kernel panic' "$run/console" &&
@@ -199,7 +201,7 @@ cat "$run/stderr" >&2
 if [ "$verbose" = 1 ]; then { echo "----- guest console -----"; cat "$run/console"; } >&2; fi
 # The guest console's fault report (from its first line) if it has one, else its last lines.
 console_tail() {
-  if grep -qaE 'Oops|BUG:|WARNING: CPU|Kernel panic' "$run/console"; then
+  if grep -qaE "$fault_re" "$run/console"; then
     echo "----- the guest console's fault report -----"; oops_lines
   fi
   echo "----- last lines of the guest console -----"; tail -n 30 "$run/console"
@@ -215,8 +217,8 @@ case $status in
   init:*) console_tail; die "guest setup failed: $status" ;;
   ''|*[!0-9]*) console_tail; die "the guest reported no exit status: $*" ;;
 esac
-# loglevel=5 puts warnings and worse on the console: any oops, BUG or WARN fails the run.
-if grep -qaE 'Oops|BUG:|WARNING: CPU|Kernel panic' "$run/console"; then
+# Any oops, BUG, WARN or panic fails the run.
+if grep -qaE "$fault_re" "$run/console"; then
   echo "----- guest console -----" >&2; cat "$run/console" >&2
   die "the guest kernel reported an oops, BUG, WARN or panic (command status $status): $*"
 fi
