@@ -66,9 +66,10 @@ bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent
 // The processes forked or exec'd within the last `window_ns` that have not exited: while there is
 // one, a program started recently may be about to create a GPU context (the daemon reads NVML's
 // process list every tick then, collect/discovery.hpp's callers). A short-lived one (a health
-// probe's shell, a `cat`) leaves at its exit, so a node that runs such commands all the time does
-// not keep the window open. Holds at most `capacity` processes; a spawn beyond that keeps any()
-// true for a whole window. Pure.
+// probe's shell, a `cat`) leaves at its exit, so commands now and then do not keep the window
+// open; commands run so often that one of them is alive at most ticks (a loop of 50-ms ones) do.
+// Holds at most `capacity` processes; a spawn beyond that keeps any() true for a whole window.
+// Pure.
 class RecentSpawns {
  public:
   explicit RecentSpawns(std::uint64_t window_ns, std::size_t capacity = 4096)

@@ -152,8 +152,8 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
   recent_spawns_.apply(proc_event_buf_, now_ns);
   if (nvml_ && (poll_tick || recent_spawns_.any(now_ns))) {
     // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive (a
-    // new rank creates its GPU context in its first seconds: it is followed at once; the short
-    // commands a node runs all the time leave the window at their exit), else every poll tick;
+    // new rank creates its GPU context in its first seconds: it is followed at once; a short
+    // command leaves the window at its exit, RecentSpawns), else every poll tick;
     // and at every discovery the events ask for (poll_processes reads it then).
     read_nvml_processes();
     nvml_procs_fresh_ = true;
