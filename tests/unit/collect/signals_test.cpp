@@ -691,13 +691,14 @@ TEST(Signals, idle_backoff_looks_at_a_sleeping_process_less_often_until_it_runs)
 }
 
 // idle_backoff: a process that wakes often but runs for microseconds each time (a launcher's or
-// an agent's poll loop) backs off as a sleeping one does: it runs less than 1 % of each 100 ms
-// interval. A process that runs for longer is read at every sample.
+// an agent's poll loop) backs off as a sleeping one does: it runs less than 1 % of each interval.
+// A process that runs for longer is read at every sample. The intervals are real (50 ms), so the
+// busy child's share of them is what it really got, also on a loaded machine.
 TEST(Signals, idle_backoff_backs_off_a_process_that_runs_only_a_little) {
   const pid_t napper = fork();
   if (napper == 0) {
     for (;;) {
-      timespec ts{0, 2'000'000};  // wakes every 2 ms, for a few microseconds
+      timespec ts{0, 25'000'000};  // wakes every 25 ms, for tens of microseconds
       nanosleep(&ts, nullptr);
     }
   }
@@ -709,15 +710,14 @@ TEST(Signals, idle_backoff_backs_off_a_process_that_runs_only_a_little) {
                                            static_cast<std::uint32_t>(busy.pid())};
   const SampleMode modes[] = {SampleMode::idle_backoff, SampleMode::idle_backoff};
   std::vector<ProcessSignals> out;
-  std::uint64_t t = monotonic_ns();
   int napper_looks = 0;
   int busy_skips = 0;
   std::uint64_t napper_cpu_ns = 0;
   for (int i = 0; i < 30; ++i) {
-    // 100 ms of the sampler's time a sample, about 10 ms of the children's: about 5 wakeups of
-    // the napper a sample (tens of microseconds), several ms of the busy child's CPU.
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s.sample(pids, modes, t += 100'000'000, out);
+    // Two wakeups of the napper a sample (about 30 us each on this host, under the 500 us that 1 %
+    // of 50 ms is), and tens of ms of the busy child's CPU.
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s.sample(pids, modes, monotonic_ns(), out);
     ASSERT_FALSE(out[0].gone);
     ASSERT_FALSE(out[1].gone);
     if (i < 2) continue;  // the first look and the first interval
