@@ -162,7 +162,10 @@ policy::TaskUpdate TickBuilder::task_update(const TrackedProcess& t, const Proce
   const bool stat_only = t.sample == SampleMode::stat_only || t.sample == SampleMode::cpu_time;
   if (!stat_only || t.role != ProcessRole::dataloader_worker) set_cpu_fraction(t, s, in, u);
   std::uint64_t main_futex_wait_ns = 0;
-  if (in.probes != nullptr && t.probed) {
+  // The probes' figures feed the periodic rules only: a process whose phases come from events
+  // has them from the BPF rules, and reading them (two or three map lookups and a schedstat a
+  // process) would be work nothing uses.
+  if (in.probes != nullptr && t.probed && !t.event_role) {
     if (std::optional<ProbeSample> p = in.probes->read(s.pid, in.now_ns)) {
       main_futex_wait_ns =
           apply_probes(*p, s.state == 'R', util.measured ? std::optional(util.pct) : std::nullopt,

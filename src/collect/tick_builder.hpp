@@ -16,13 +16,14 @@
 //   4. cpu_fraction: CPU time over the tick; for DataLoader workers run + run-queue time from two
 //      schedstat reads over the time between them, and 1.0 while running, runnable or in disk I/O
 //   5. the GPU sync probes (collect/sync_signals.hpp): CPU burst, last sync, a GPU floor of 100
-//      while blocked in a long sync, the process's futex waits
+//      while blocked in a long sync, the process's futex waits; only for processes under the
+//      periodic rules (what they give is the periodic detector's input)
 //   6. GPU owners: the main thread's wait now (collect/wait_state.hpp): input wait (with
 //      DataLoader workers) as io_wait_fraction 1.0; a futex wait (or the probes' recent one) as
 //      futex_wait_count 1, replacing the probes' per-process count
-// A process sampled stat_only gets steps 1 (CPU time and state only), 2, 3, 5 and the CPU
-// fraction of a process that is not a worker; one sampled `skip` gets nothing and is not checked
-// for being gone (the daemon learns that from its exit).
+// A process sampled stat_only gets steps 1 (CPU time and state only), 2, 3, 5 (when not from
+// events) and the CPU fraction of a process that is not a worker; one sampled `skip` gets nothing
+// and is not checked for being gone (the daemon learns that from its exit).
 //
 // A stat that cannot be parsed (truncated, garbled) leaves step 1's fields unset and the
 // process in place (`stat_read` false); the other steps still run. A schedstat that cannot be
@@ -56,9 +57,10 @@ struct TrackedProcess {
   bool probed = false;       // the GPU sync probes are attached to a libcuda it maps
   bool event_role = false;   // its phases come from the BPF event rules
   // How much to read this tick (collect/signals.hpp): full; no_nccl; idle_backoff (no_nccl, a
-  // sleeping process looked at less often); stat_only (CPU time, state and the probes, for a
-  // process whose phase comes from events); cpu_time (its CPU time only); skip (no update this
-  // tick; its state is kept, so its next sample measures from its last one).
+  // sleeping process looked at less often); stat_only (CPU time and state, for a process whose
+  // phase comes from events, where process events do not tell its exit); cpu_time (its CPU time
+  // only); skip (no update this tick; its state is kept, so its next sample measures from its last
+  // one).
   SampleMode sample = SampleMode::full;
 };
 

@@ -4,20 +4,19 @@
 // thread's wait) is collect::TickBuilder's (collect/tick_builder.hpp); the daemon hands it what
 // it tracks and acts on what it returns.
 //
-// Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon
-// reads them every tick: an exit drops a tracked process at once; forks, execs and renames go to
-// discovery, which re-reads only those processes, at the next poll tick, or at once when a
-// tracked GPU owner forked (a DataLoader worker); NVML's list is read every tick while a process
-// forked or exec'd within kNvmlEagerNs is still alive, else every poll tick, and a new process in
-// it is followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when
-// events were lost. A process whose phases come from events is not read every tick, only on
-// publish ticks: a probed GPU owner's stat (how it waits for its GPU), a tenant's other
-// processes' CPU time (SampleMode::cpu_time: all of them from one read of the BPF task iterator,
-// collect/probes/task_cpu_iter.hpp, where it loads; else a single-threaded one's from its
-// schedstat, its stat every tenth time). Processes under the periodic rules are read every tick,
-// those matched only by a rule less often while they sleep (SampleMode::idle_backoff). Without
-// process events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick
-// and every tracked process is read every tick, as before.
+// Following processes. With the kernel's process events (collect/proc_events.hpp) the daemon reads
+// them every tick: an exit drops a tracked process at once; forks, execs and renames go to
+// discovery, which re-reads only those processes, at the next poll tick, or at once when a tracked
+// GPU owner forked (a DataLoader worker); NVML's list is read every tick while a process forked or
+// exec'd within kNvmlEagerNs is still alive, else every poll tick, and a new process in it is
+// followed then; all of /proc is listed every kRescanNs only (a safety net), or at once when events
+// were lost. A process whose phases come from events is not read at all unless it has a tenant, and
+// then on publish ticks for its CPU time only, ranks included (SampleMode::cpu_time: all of them
+// from one read of the BPF task iterator, collect/probes/task_cpu_iter.hpp, where it loads; else a
+// single-threaded one's from its schedstat, its stat every tenth time). Processes under the
+// periodic rules are read every tick, those matched only by a rule less often while they sleep
+// (SampleMode::idle_backoff). Without process events (no CAP_NET_ADMIN, another pid namespace)
+// discovery lists /proc every poll tick and every tracked process is read every tick, as before.
 
 #include <spdlog/spdlog.h>
 
@@ -290,10 +289,9 @@ collect::SampleMode Daemon::sample_mode(std::uint32_t pid, const Tracked& t,
   // Phases from events: no signal of the periodic rules is needed. Without process events the
   // stat of every tick is how the daemon learns the process exited.
   if (!proc_events_) return SampleMode::stat_only;
+  // Else nothing but a tenant's account of CPU time, on publish ticks (a rank's state and its
+  // probes' figures would feed only the periodic rules, which do not run for it).
   if (!publish_tick) return SampleMode::skip;
-  // A probed GPU owner: its state too (how it waits for its GPU); a tenant's other processes:
-  // their CPU time for the tenant's account.
-  if (t.role == collect::ProcessRole::gpu_owner && t.probed) return SampleMode::stat_only;
   return engine_.tenant_of(pid) != nullptr ? SampleMode::cpu_time : SampleMode::skip;
 }
 

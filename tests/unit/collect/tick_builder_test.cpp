@@ -252,6 +252,33 @@ TEST(TickBuilder, probes_are_read_only_for_probed_processes_and_futex_counts_onl
   EXPECT_FALSE(find(r, 300)->update.futex_wait_count.has_value());
 }
 
+// A rank whose phases come from events: the probes' figures would feed only the periodic rules,
+// so they are not read (each read is map lookups and a schedstat in the daemon's loop).
+TEST(TickBuilder, probes_are_not_read_for_a_process_whose_phases_come_from_events) {
+  Fixture f;
+  f.proc.process(100);
+  f.proc.process(101);
+  FakeProbes probes;
+  ProbeSample p;
+  p.futex_waits_delta = 7;
+  p.last_sync_return_ns = 9'000 * kMs;
+  probes.samples[100] = p;
+  probes.samples[101] = p;
+  TrackedProcess events = owner(100);
+  events.probed = true;
+  events.event_role = true;
+  events.sample = SampleMode::cpu_time;
+  TrackedProcess periodic = owner(101);
+  periodic.probed = true;
+  const std::unordered_map<std::uint32_t, policy::Phase> phases = {
+      {100, policy::Phase::gpu_compute}};
+  const TickResult r = f.tick({events, periodic}, 5000 * kMs, nullptr, &probes, &phases);
+  EXPECT_EQ(probes.reads, std::vector<std::uint32_t>{101});
+  EXPECT_EQ(find(r, 100)->update.event_phase, policy::Phase::gpu_compute);
+  EXPECT_FALSE(find(r, 100)->update.last_gpu_sync_ns.has_value());
+  EXPECT_EQ(find(r, 101)->update.last_gpu_sync_ns, 9'000 * kMs);
+}
+
 TEST(TickBuilder, nvml_per_process_figures_win_and_the_device_figure_is_the_fallback) {
   Fixture f;
   f.proc.process(100);
