@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -89,7 +90,9 @@ void RecentSpawns::apply(std::span<const ProcEvent> events, std::uint64_t now_ns
 
 bool RecentSpawns::any(std::uint64_t now_ns) {
   std::erase_if(since_, [&](const auto& p) { return now_ns >= p.second + window_ns_; });
-  return !since_.empty() || now_ns < overflow_until_ns_;
+  if (now_ns < overflow_until_ns_) return true;
+  return std::any_of(since_.begin(), since_.end(),
+                     [&](const auto& p) { return now_ns >= p.second + min_age_ns_; });
 }
 
 bool parse_proc_event(std::span<const std::byte> d, std::vector<ProcEvent>& out) {

@@ -63,26 +63,31 @@ struct ProcEventStats {
 // for kinds the daemon does not use). Returns false when the datagram is malformed. Pure.
 bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent>& out);
 
-// The processes forked or exec'd within the last `window_ns` that have not exited: while there is
-// one, a program started recently may be about to create a GPU context (the daemon reads NVML's
-// process list every tick then, collect/discovery.hpp's callers). A short-lived one (a health
-// probe's shell, a `cat`) leaves at its exit, so commands now and then do not keep the window
-// open; commands run so often that one of them is alive at most ticks (a loop of 50-ms ones) do.
+// The processes forked or exec'd within the last `window_ns` that have not exited and have lived
+// at least `min_age_ns`: while there is one, a program started recently may be about to create a
+// GPU context (the daemon reads NVML's process list every tick then, collect/discovery.hpp's
+// callers). A short-lived one (a health probe's shell, a `cat`, a loop's `sleep 0.05`) leaves at
+// its exit before it counts, so commands do not hold the window open however often they run; a
+// command that lives longer than min_age_ns holds it from then until its exit (a loop of
+// `sleep 1` does, for most of each second). A rank lives for seconds before and after its GPU
+// context: it counts min_age_ns after its spawn (or at the next poll tick, whichever comes first).
 // Holds at most `capacity` processes; a spawn beyond that keeps any() true for a whole window.
 // Pure.
 class RecentSpawns {
  public:
-  explicit RecentSpawns(std::uint64_t window_ns, std::size_t capacity = 4096)
-      : window_ns_(window_ns), capacity_(capacity) {}
+  RecentSpawns(std::uint64_t window_ns, std::uint64_t min_age_ns, std::size_t capacity = 4096)
+      : window_ns_(window_ns), min_age_ns_(min_age_ns), capacity_(capacity) {}
 
   // A fork (the child) or an exec adds the process as spawned at now_ns; an exit removes it.
   void apply(std::span<const ProcEvent> events, std::uint64_t now_ns);
-  // Forgets the processes spawned more than a window before now_ns; whether one is left.
+  // Forgets the processes spawned more than a window before now_ns; whether one is left that has
+  // lived min_age_ns (or a spawn overflowed within the window).
   bool any(std::uint64_t now_ns);
   [[nodiscard]] std::size_t size() const { return since_.size(); }
 
  private:
   std::uint64_t window_ns_;
+  std::uint64_t min_age_ns_;
   std::size_t capacity_;
   std::unordered_map<std::uint32_t, std::uint64_t> since_;  // pid -> when spawned
   std::uint64_t overflow_until_ns_ = 0;

@@ -203,10 +203,13 @@ class Daemon final : private ControlHost {
   // their scratch, what discovery last ran with, and when it lists all of /proc next.
   static constexpr std::uint64_t kRescanNs = 30'000'000'000;
   static constexpr std::uint32_t kAttrScansWithNvml = 4;  // see open_process_events()
-  // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive, else
-  // every poll tick.
+  // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive and has
+  // lived kNvmlSpawnMinAgeNs, else every poll tick (collect/proc_events.hpp, RecentSpawns). The
+  // minimum age: short commands run back to back (probes, agents' shell-outs) never count, and a
+  // rank whose context comes at once is still followed within stability + 1 ticks.
   static constexpr std::uint64_t kNvmlEagerNs = 30'000'000'000;
-  collect::RecentSpawns recent_spawns_{kNvmlEagerNs};
+  static constexpr std::uint64_t kNvmlSpawnMinAgeNs = 100'000'000;
+  collect::RecentSpawns recent_spawns_{kNvmlEagerNs, kNvmlSpawnMinAgeNs};
   std::unique_ptr<collect::ProcEvents> proc_events_;
   std::vector<collect::ProcEvent> proc_event_buf_;
   collect::GpuProcessMap discovered_nvml_;

@@ -114,12 +114,13 @@ TEST(ProcEvents, the_kernel_reports_a_fork_a_thread_and_the_exits) {
   EXPECT_GT((*pe)->stats().events, 0U);
 }
 
-// RecentSpawns: a spawned process keeps the window open until it exits or a window has passed
-// since its last fork or exec; other events do not count; a spawn beyond the capacity keeps it
-// open for a whole window.
-TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
+// RecentSpawns: a spawned process keeps the window open from the minimum age on until it exits or
+// a window has passed since its last fork or exec; other events do not count; a spawn beyond the
+// capacity keeps it open for a whole window.
+TEST(RecentSpawns, a_spawn_counts_from_its_minimum_age_until_it_exits_or_its_window_passes) {
   constexpr std::uint64_t kWindow = 30'000;
-  RecentSpawns r(kWindow, /*capacity=*/3);
+  constexpr std::uint64_t kMinAge = 100;
+  RecentSpawns r(kWindow, kMinAge, /*capacity=*/3);
   const auto ev = [](ProcEventKind k, std::uint32_t pid) {
     ProcEvent e;
     e.kind = k;
@@ -131,22 +132,36 @@ TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
   const std::vector<ProcEvent> quiet = {ev(ProcEventKind::comm, 5), ev(ProcEventKind::uid, 5),
                                         ev(ProcEventKind::thread_exit, 5)};
   r.apply(quiet, 100);
-  EXPECT_FALSE(r.any(100)) << "only forks and execs open the window";
+  EXPECT_FALSE(r.any(100 + kMinAge)) << "only forks and execs open the window";
 
   // A health probe's shell: forked, exec'd, gone within a tick.
   const std::vector<ProcEvent> probe = {ev(ProcEventKind::fork, 10), ev(ProcEventKind::exec, 10),
                                         ev(ProcEventKind::exit, 10)};
   r.apply(probe, 1'000);
-  EXPECT_FALSE(r.any(1'000)) << "a process that exited does not hold the window";
+  EXPECT_FALSE(r.any(1'000 + kMinAge)) << "a process that exited does not hold the window";
 
-  // A new rank: forked at 2,000, exec'd at 5,000, alive: until 5,000 + the window.
+  // Commands back to back, each alive for less than the minimum age: the window stays shut.
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    const std::uint64_t at = 1'100 + i * 100;
+    r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 40 + i)}, at);
+    EXPECT_FALSE(r.any(at + 50)) << "command " << i;
+    r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 40 + i)}, at + 99);
+  }
+
+  // A new rank: forked at 2,000, exec'd at 5,000, alive: from 5,000 + the minimum age until
+  // 5,000 + the window.
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 20)}, 2'000);
+  EXPECT_FALSE(r.any(2'000 + kMinAge - 1)) << "younger than the minimum age";
+  EXPECT_TRUE(r.any(2'000 + kMinAge));
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exec, 20)}, 5'000);
+  EXPECT_FALSE(r.any(5'000 + kMinAge - 1)) << "an exec starts its age afresh";
+  EXPECT_TRUE(r.any(5'000 + kMinAge));
   EXPECT_TRUE(r.any(5'000 + kWindow - 1));
   EXPECT_FALSE(r.any(5'000 + kWindow));
   EXPECT_EQ(r.size(), 0U) << "an expired spawn is forgotten";
 
-  // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window.
+  // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window, at
+  // once (a fork storm is no short command).
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 31), ev(ProcEventKind::fork, 32),
                                  ev(ProcEventKind::fork, 33), ev(ProcEventKind::fork, 34)},
           100'000);
