@@ -20,24 +20,21 @@ bool Ticker::wait(int stop_fd) {
     next_ += missed * period_ns_;
   }
   while (now < next_) {
-    const std::uint64_t left = next_ - now;
-    // poll() has millisecond resolution: poll for the stop fd until under 2 ms remain, then
-    // sleep to the exact deadline.
+    // One sleep to the deadline (ppoll's timeout is as fine as clock_nanosleep's), cut short by
+    // the stop fd: a single wakeup a tick.
     if (stop_fd >= 0) {
+      const std::uint64_t left = next_ - now;
+      const timespec ts{static_cast<time_t>(left / 1'000'000'000ULL),
+                        static_cast<long>(left % 1'000'000'000ULL)};
       pollfd p{stop_fd, POLLIN, 0};
-      const int ms = left > 2'000'000 ? static_cast<int>((left - 1'000'000) / 1'000'000) : 0;
-      const int r = poll(&p, 1, ms);
-      if (r > 0) return false;
-    }
-    now = monotonic_ns();
-    if (now >= next_) break;
-    if (next_ - now <= 2'000'000 || stop_fd < 0) {
-      timespec ts{static_cast<time_t>(next_ / 1'000'000'000ULL),
-                  static_cast<long>(next_ % 1'000'000'000ULL)};
+      if (ppoll(&p, 1, &ts, nullptr) > 0) return false;
+    } else {
+      const timespec ts{static_cast<time_t>(next_ / 1'000'000'000ULL),
+                        static_cast<long>(next_ % 1'000'000'000ULL)};
       while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
       }
-      now = monotonic_ns();
     }
+    now = monotonic_ns();
   }
   deadline_ = next_;
   lateness_ = now - next_;

@@ -189,7 +189,11 @@ class HttpServer::Loop {
 void HttpServer::Loop::run() {
   std::array<epoll_event, 64> evs{};
   while (!stopping.load()) {
-    const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 100);
+    // With no connection and accepting, nothing is due until an event (a client, or wake() at
+    // stop): the thread sleeps. Else it wakes every 100 ms for the deadlines (sweep) and the
+    // pause of accept.
+    const int timeout_ms = conns_.empty() && !accept_paused_ ? -1 : 100;
+    const int n = ::epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), timeout_ms);
     const std::uint64_t now = monotonic_ms();
     bool accept = false;
     for (int i = 0; i < n; ++i) {
