@@ -74,13 +74,32 @@ std::size_t request(std::array<std::byte, kDatagramBytes>& buf, std::uint32_t se
 
 }  // namespace
 
+void RecentSpawns::roll(std::uint64_t now_ns) {
+  if (now_ns < bucket_start_ns_) return;
+  if (now_ns - bucket_start_ns_ >= 2 * kChurnBucketNs) {
+    short_exits_[0] = short_exits_[1] = 0;
+    bucket_start_ns_ = now_ns;
+  } else if (now_ns - bucket_start_ns_ >= kChurnBucketNs) {
+    short_exits_[1] = short_exits_[0];
+    short_exits_[0] = 0;
+    bucket_start_ns_ += kChurnBucketNs;
+  }
+}
+
 void RecentSpawns::apply(std::span<const ProcEvent> events, std::uint64_t now_ns) {
+  roll(now_ns);
   for (const ProcEvent& e : events) {
+    // The event's own time (the kernel's CLOCK_MONOTONIC stamp), so that a lifetime is the
+    // process's, not a multiple of the tick; never later than now_ns (0 in tests: now_ns).
+    const std::uint64_t at = e.t_ns != 0 ? std::min(e.t_ns, now_ns) : now_ns;
     if (e.kind == ProcEventKind::exit) {
-      since_.erase(e.pid);
+      if (auto it = since_.find(e.pid); it != since_.end()) {
+        if (at < it->second + min_age_ns_ && short_exits_[0] < UINT32_MAX) ++short_exits_[0];
+        since_.erase(it);
+      }
     } else if (e.kind == ProcEventKind::fork || e.kind == ProcEventKind::exec) {
       if (since_.size() < capacity_ || since_.contains(e.pid)) {
-        since_[e.pid] = now_ns;
+        since_[e.pid] = at;
       } else {
         overflow_until_ns_ = now_ns + window_ns_;
       }
@@ -89,10 +108,12 @@ void RecentSpawns::apply(std::span<const ProcEvent> events, std::uint64_t now_ns
 }
 
 bool RecentSpawns::any(std::uint64_t now_ns) {
+  roll(now_ns);
   std::erase_if(since_, [&](const auto& p) { return now_ns >= p.second + window_ns_; });
   if (now_ns < overflow_until_ns_) return true;
+  const std::uint64_t min_age = churning() ? min_age_ns_ : 0;
   return std::any_of(since_.begin(), since_.end(),
-                     [&](const auto& p) { return now_ns >= p.second + min_age_ns_; });
+                     [&](const auto& p) { return now_ns >= p.second + min_age; });
 }
 
 bool parse_proc_event(std::span<const std::byte> d, std::vector<ProcEvent>& out) {

@@ -63,34 +63,50 @@ struct ProcEventStats {
 // for kinds the daemon does not use). Returns false when the datagram is malformed. Pure.
 bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent>& out);
 
-// The processes forked or exec'd within the last `window_ns` that have not exited and have lived
-// at least `min_age_ns`: while there is one, a program started recently may be about to create a
-// GPU context (the daemon reads NVML's process list every tick then, collect/discovery.hpp's
-// callers). A short-lived one (a health probe's shell, a `cat`, a loop's `sleep 0.05`) leaves at
-// its exit before it counts, so commands do not hold the window open however often they run; a
-// command that lives longer than min_age_ns holds it from then until its exit (a loop of
-// `sleep 1` does, for most of each second). A rank lives for seconds before and after its GPU
-// context: it counts min_age_ns after its spawn (or at the next poll tick, whichever comes first).
-// Holds at most `capacity` processes; a spawn beyond that keeps any() true for a whole window.
-// Pure.
+// The processes forked or exec'd within the last `window_ns` that have not exited: while there is
+// one, a program started recently may be about to create a GPU context (the daemon reads NVML's
+// process list every tick then, collect/discovery.hpp's callers). A short-lived one (a health
+// probe's shell, a `cat`) leaves at its exit, so commands now and then hold the window open only
+// while they run. Where commands run back to back (a loop's `/bin/true; sleep 0.05`, an agent's
+// shell-outs), one of them is alive at most ticks: while at least kChurnExits processes exited
+// younger than `min_age_ns` within the last one to two kChurnBucketNs, a process counts only once
+// it has lived min_age_ns, which such commands never do; a rank lives for seconds around its GPU
+// context creation and counts then (or is found at the next poll tick, whichever comes first).
+// Elsewhere a new process counts at once, so a rank whose context comes at once is followed at
+// the next tick. A command that lives longer than min_age_ns beside the churn (a loop's `sleep 1`)
+// still holds the window while it lives. Holds at most `capacity` processes; a spawn beyond that
+// keeps any() true for a whole window. Pure.
 class RecentSpawns {
  public:
+  static constexpr std::uint64_t kChurnBucketNs = 5'000'000'000;
+  static constexpr std::uint32_t kChurnExits = 10;
+
   RecentSpawns(std::uint64_t window_ns, std::uint64_t min_age_ns, std::size_t capacity = 4096)
       : window_ns_(window_ns), min_age_ns_(min_age_ns), capacity_(capacity) {}
 
-  // A fork (the child) or an exec adds the process as spawned at now_ns; an exit removes it.
+  // A fork (the child) or an exec adds the process as spawned at the event's time (ProcEvent::t_ns,
+  // at most now_ns; now_ns where it is 0); an exit removes it, and counts as churn when the
+  // process was younger than min_age_ns.
   void apply(std::span<const ProcEvent> events, std::uint64_t now_ns);
-  // Forgets the processes spawned more than a window before now_ns; whether one is left that has
-  // lived min_age_ns (or a spawn overflowed within the window).
+  // Forgets the processes spawned more than a window before now_ns; whether one is left that
+  // counts (any, or while churning one that has lived min_age_ns), or a spawn overflowed within
+  // the window.
   bool any(std::uint64_t now_ns);
+  // Whether short-lived processes exit often enough that the minimum age applies.
+  [[nodiscard]] bool churning() const { return short_exits_[0] + short_exits_[1] >= kChurnExits; }
   [[nodiscard]] std::size_t size() const { return since_.size(); }
 
  private:
+  void roll(std::uint64_t now_ns);
+
   std::uint64_t window_ns_;
   std::uint64_t min_age_ns_;
   std::size_t capacity_;
   std::unordered_map<std::uint32_t, std::uint64_t> since_;  // pid -> when spawned
   std::uint64_t overflow_until_ns_ = 0;
+  // Exits younger than min_age_ns: [0] in the bucket begun at bucket_start_ns_, [1] the one before.
+  std::uint32_t short_exits_[2] = {0, 0};
+  std::uint64_t bucket_start_ns_ = 0;
 };
 
 class ProcEvents {

@@ -203,10 +203,10 @@ class Daemon final : private ControlHost {
   // their scratch, what discovery last ran with, and when it lists all of /proc next.
   static constexpr std::uint64_t kRescanNs = 30'000'000'000;
   static constexpr std::uint32_t kAttrScansWithNvml = 4;  // see open_process_events()
-  // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive and has
-  // lived kNvmlSpawnMinAgeNs, else every poll tick (collect/proc_events.hpp, RecentSpawns). The
-  // minimum age: short commands run back to back (probes, agents' shell-outs) never count, and a
-  // rank whose context comes at once is still followed within stability + 1 ticks.
+  // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive, else
+  // every poll tick (collect/proc_events.hpp, RecentSpawns). While short commands run back to
+  // back (probes, agents' shell-outs) a process counts only once it has lived
+  // kNvmlSpawnMinAgeNs, which they never do; elsewhere at once.
   static constexpr std::uint64_t kNvmlEagerNs = 30'000'000'000;
   static constexpr std::uint64_t kNvmlSpawnMinAgeNs = 100'000'000;
   collect::RecentSpawns recent_spawns_{kNvmlEagerNs, kNvmlSpawnMinAgeNs};

@@ -8,16 +8,16 @@
 // them every tick: an exit drops a tracked process at once; forks, execs and renames go to
 // discovery, which re-reads only those processes, at the next poll tick, or at once when a tracked
 // GPU owner forked (a DataLoader worker); NVML's list is read every tick while a process forked or
-// exec'd within kNvmlEagerNs is still alive and has lived kNvmlSpawnMinAgeNs, else every poll tick,
-// and a new process in it is followed then; all of /proc is listed every kRescanNs only (a safety
-// net), or at once when events were lost. A process whose phases come from events is not read at
-// all unless it has a tenant, and then on publish ticks for its CPU time only, ranks included
-// (SampleMode::cpu_time: all of them from one read of the BPF task iterator,
-// collect/probes/task_cpu_iter.hpp, where it loads; else a single-threaded one's from its
-// schedstat, its stat every tenth time). Processes under the periodic rules are read every tick,
-// those matched only by a rule less often while they sleep (SampleMode::idle_backoff). Without
-// process events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll tick
-// and every tracked process is read every tick, as before.
+// exec'd within kNvmlEagerNs is still alive (while commands churn: and has lived
+// kNvmlSpawnMinAgeNs), else every poll tick, and a new process in it is followed then; all of /proc
+// is listed every kRescanNs only (a safety net), or at once when events were lost. A process whose
+// phases come from events is not read at all unless it has a tenant, and then on publish ticks for
+// its CPU time only, ranks included (SampleMode::cpu_time: all of them from one read of the BPF
+// task iterator, collect/probes/task_cpu_iter.hpp, where it loads; else a single-threaded one's
+// from its schedstat, its stat every tenth time). Processes under the periodic rules are read every
+// tick, those matched only by a rule less often while they sleep (SampleMode::idle_backoff).
+// Without process events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll
+// tick and every tracked process is read every tick, as before.
 
 #include <spdlog/spdlog.h>
 
@@ -151,11 +151,11 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
   discovery_.apply(proc_event_buf_, now_ns);
   recent_spawns_.apply(proc_event_buf_, now_ns);
   if (nvml_ && (poll_tick || recent_spawns_.any(now_ns))) {
-    // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive and
-    // has lived kNvmlSpawnMinAgeNs (a new rank creates its GPU context in its first seconds: it
-    // is followed within a tick or two; a short command exits before it counts, RecentSpawns),
-    // else every poll tick; and at every discovery the events ask for (poll_processes reads it
-    // then).
+    // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive (a
+    // new rank creates its GPU context in its first seconds: it is followed at once; a short
+    // command leaves the window at its exit, and while such commands run back to back a process
+    // counts only once it has lived kNvmlSpawnMinAgeNs: RecentSpawns), else every poll tick; and
+    // at every discovery the events ask for (poll_processes reads it then).
     read_nvml_processes();
     nvml_procs_fresh_ = true;
     urgent = urgent || nvml_procs_ != discovered_nvml_;

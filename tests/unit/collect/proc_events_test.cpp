@@ -114,13 +114,12 @@ TEST(ProcEvents, the_kernel_reports_a_fork_a_thread_and_the_exits) {
   EXPECT_GT((*pe)->stats().events, 0U);
 }
 
-// RecentSpawns: a spawned process keeps the window open from the minimum age on until it exits or
-// a window has passed since its last fork or exec; other events do not count; a spawn beyond the
-// capacity keeps it open for a whole window.
-TEST(RecentSpawns, a_spawn_counts_from_its_minimum_age_until_it_exits_or_its_window_passes) {
+// RecentSpawns: a spawned process keeps the window open until it exits or a window has passed
+// since its last fork or exec; other events do not count; a spawn beyond the capacity keeps it
+// open for a whole window.
+TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
   constexpr std::uint64_t kWindow = 30'000;
-  constexpr std::uint64_t kMinAge = 100;
-  RecentSpawns r(kWindow, kMinAge, /*capacity=*/3);
+  RecentSpawns r(kWindow, /*min_age_ns=*/100, /*capacity=*/3);
   const auto ev = [](ProcEventKind k, std::uint32_t pid) {
     ProcEvent e;
     e.kind = k;
@@ -132,36 +131,25 @@ TEST(RecentSpawns, a_spawn_counts_from_its_minimum_age_until_it_exits_or_its_win
   const std::vector<ProcEvent> quiet = {ev(ProcEventKind::comm, 5), ev(ProcEventKind::uid, 5),
                                         ev(ProcEventKind::thread_exit, 5)};
   r.apply(quiet, 100);
-  EXPECT_FALSE(r.any(100 + kMinAge)) << "only forks and execs open the window";
+  EXPECT_FALSE(r.any(100)) << "only forks and execs open the window";
 
   // A health probe's shell: forked, exec'd, gone within a tick.
   const std::vector<ProcEvent> probe = {ev(ProcEventKind::fork, 10), ev(ProcEventKind::exec, 10),
                                         ev(ProcEventKind::exit, 10)};
   r.apply(probe, 1'000);
-  EXPECT_FALSE(r.any(1'000 + kMinAge)) << "a process that exited does not hold the window";
+  EXPECT_FALSE(r.any(1'000)) << "a process that exited does not hold the window";
+  EXPECT_FALSE(r.churning()) << "one short command is no churn";
 
-  // Commands back to back, each alive for less than the minimum age: the window stays shut.
-  for (std::uint32_t i = 0; i < 8; ++i) {
-    const std::uint64_t at = 1'100 + i * 100;
-    r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 40 + i)}, at);
-    EXPECT_FALSE(r.any(at + 50)) << "command " << i;
-    r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 40 + i)}, at + 99);
-  }
-
-  // A new rank: forked at 2,000, exec'd at 5,000, alive: from 5,000 + the minimum age until
+  // A new rank on a quiet node: forked at 2,000, exec'd at 5,000, alive: it counts at once, until
   // 5,000 + the window.
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 20)}, 2'000);
-  EXPECT_FALSE(r.any(2'000 + kMinAge - 1)) << "younger than the minimum age";
-  EXPECT_TRUE(r.any(2'000 + kMinAge));
+  EXPECT_TRUE(r.any(2'000)) << "no minimum age without churn";
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exec, 20)}, 5'000);
-  EXPECT_FALSE(r.any(5'000 + kMinAge - 1)) << "an exec starts its age afresh";
-  EXPECT_TRUE(r.any(5'000 + kMinAge));
   EXPECT_TRUE(r.any(5'000 + kWindow - 1));
   EXPECT_FALSE(r.any(5'000 + kWindow));
   EXPECT_EQ(r.size(), 0U) << "an expired spawn is forgotten";
 
-  // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window, at
-  // once (a fork storm is no short command).
+  // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window.
   r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 31), ev(ProcEventKind::fork, 32),
                                  ev(ProcEventKind::fork, 33), ev(ProcEventKind::fork, 34)},
           100'000);
@@ -172,6 +160,56 @@ TEST(RecentSpawns, a_spawn_counts_from_its_minimum_age_until_it_exits_or_its_win
   EXPECT_TRUE(r.any(100'002)) << "the spawn beyond the capacity holds the window";
   EXPECT_TRUE(r.any(100'000 + kWindow - 1));
   EXPECT_FALSE(r.any(100'000 + kWindow));
+}
+
+// Commands run back to back (a loop's 50-ms ones): once kChurnExits of them exited younger than
+// the minimum age, a new process counts only from that age on, so the loop's next commands never
+// do and a rank still does; the minimum age goes once the churn stops for two buckets.
+TEST(RecentSpawns, churn_of_short_commands_makes_a_new_process_count_from_its_minimum_age) {
+  constexpr std::uint64_t kMs = 1'000'000;
+  constexpr std::uint64_t kMinAge = 100 * kMs;
+  RecentSpawns r(30'000 * kMs, kMinAge);
+  const auto ev = [](ProcEventKind k, std::uint32_t pid) {
+    ProcEvent e;
+    e.kind = k;
+    e.pid = pid;
+    e.tid = pid;
+    return e;
+  };
+  const auto at = [&](ProcEventKind k, std::uint32_t pid, std::uint64_t t_ns) {
+    ProcEvent e = ev(k, pid);
+    e.t_ns = t_ns;
+    return e;
+  };
+  // Ticks every 100 ms from t = 1 s; a command forked 10 ms before each tick lives 55 ms, so its
+  // exit is drained at the next tick.
+  std::uint64_t t = 1'000 * kMs;
+  std::uint32_t pid = 1'000;
+  std::uint32_t held = 0;  // ticks at which the loop's commands held the window
+  for (std::uint32_t i = 0; i < 3 * RecentSpawns::kChurnExits; ++i, t += 100 * kMs, ++pid) {
+    r.apply(std::vector<ProcEvent>{at(ProcEventKind::exit, pid - 1, t - 55 * kMs),
+                                   at(ProcEventKind::fork, pid, t - 10 * kMs),
+                                   at(ProcEventKind::exec, pid, t - 9 * kMs)},
+            t);
+    if (r.any(t)) ++held;
+  }
+  EXPECT_TRUE(r.churning());
+  EXPECT_LE(held, RecentSpawns::kChurnExits + 1) << "only until the churn is seen";
+  r.apply(std::vector<ProcEvent>{at(ProcEventKind::exit, pid - 1, t - 55 * kMs)}, t);
+  EXPECT_FALSE(r.any(t));
+
+  // A rank starts in the churn: it counts from its minimum age on.
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 5)}, t);
+  EXPECT_FALSE(r.any(t + kMinAge - 1)) << "younger than the minimum age while churning";
+  EXPECT_TRUE(r.any(t + kMinAge));
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 5)}, t + kMinAge + 1);
+  EXPECT_FALSE(r.any(t + kMinAge + 1));
+
+  // The loop stops: two buckets later there is no churn, and a new process counts at once.
+  t += 2 * RecentSpawns::kChurnBucketNs + kMinAge;
+  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 6)}, t);
+  EXPECT_FALSE(r.churning());
+  EXPECT_TRUE(r.any(t));
 }
 
 }  // namespace
