@@ -114,48 +114,56 @@ TEST(ProcEvents, the_kernel_reports_a_fork_a_thread_and_the_exits) {
   EXPECT_GT((*pe)->stats().events, 0U);
 }
 
+// A process's event as RecentSpawns reads it (pid = tid); t_ns 0: no kernel time (now_ns counts).
+ProcEvent proc_event(ProcEventKind kind, std::uint32_t pid, std::uint64_t t_ns = 0) {
+  ProcEvent e;
+  e.kind = kind;
+  e.pid = pid;
+  e.tid = pid;
+  e.t_ns = t_ns;
+  return e;
+}
+
 // RecentSpawns: a spawned process keeps the window open until it exits or a window has passed
 // since its last fork or exec; other events do not count; a spawn beyond the capacity keeps it
 // open for a whole window.
 TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
   constexpr std::uint64_t kWindow = 30'000;
   RecentSpawns r(kWindow, /*min_age_ns=*/100, /*capacity=*/3);
-  const auto ev = [](ProcEventKind k, std::uint32_t pid) {
-    ProcEvent e;
-    e.kind = k;
-    e.pid = pid;
-    e.tid = pid;
-    return e;
-  };
   EXPECT_FALSE(r.any(0));
-  const std::vector<ProcEvent> quiet = {ev(ProcEventKind::comm, 5), ev(ProcEventKind::uid, 5),
-                                        ev(ProcEventKind::thread_exit, 5)};
+  const std::vector<ProcEvent> quiet = {proc_event(ProcEventKind::comm, 5),
+                                        proc_event(ProcEventKind::uid, 5),
+                                        proc_event(ProcEventKind::thread_exit, 5)};
   r.apply(quiet, 100);
   EXPECT_FALSE(r.any(100)) << "only forks and execs open the window";
 
   // A health probe's shell: forked, exec'd, gone within a tick.
-  const std::vector<ProcEvent> probe = {ev(ProcEventKind::fork, 10), ev(ProcEventKind::exec, 10),
-                                        ev(ProcEventKind::exit, 10)};
+  const std::vector<ProcEvent> probe = {proc_event(ProcEventKind::fork, 10),
+                                        proc_event(ProcEventKind::exec, 10),
+                                        proc_event(ProcEventKind::exit, 10)};
   r.apply(probe, 1'000);
   EXPECT_FALSE(r.any(1'000)) << "a process that exited does not hold the window";
   EXPECT_FALSE(r.churning()) << "one short command is no churn";
 
   // A new rank on a quiet node: forked at 2,000, exec'd at 5,000, alive: it counts at once, until
   // 5,000 + the window.
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 20)}, 2'000);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::fork, 20)}, 2'000);
   EXPECT_TRUE(r.any(2'000)) << "no minimum age without churn";
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exec, 20)}, 5'000);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::exec, 20)}, 5'000);
   EXPECT_TRUE(r.any(5'000 + kWindow - 1));
   EXPECT_FALSE(r.any(5'000 + kWindow));
   EXPECT_EQ(r.size(), 0U) << "an expired spawn is forgotten";
 
   // Capacity 3: the fourth spawn is not held, but keeps the window open for a whole window.
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 31), ev(ProcEventKind::fork, 32),
-                                 ev(ProcEventKind::fork, 33), ev(ProcEventKind::fork, 34)},
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::fork, 31),
+                                 proc_event(ProcEventKind::fork, 32),
+                                 proc_event(ProcEventKind::fork, 33),
+                                 proc_event(ProcEventKind::fork, 34)},
           100'000);
   EXPECT_EQ(r.size(), 3U);
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 31), ev(ProcEventKind::exit, 32),
-                                 ev(ProcEventKind::exit, 33)},
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::exit, 31),
+                                 proc_event(ProcEventKind::exit, 32),
+                                 proc_event(ProcEventKind::exit, 33)},
           100'001);
   EXPECT_TRUE(r.any(100'002)) << "the spawn beyond the capacity holds the window";
   EXPECT_TRUE(r.any(100'000 + kWindow - 1));
@@ -169,45 +177,33 @@ TEST(RecentSpawns, churn_of_short_commands_makes_a_new_process_count_from_its_mi
   constexpr std::uint64_t kMs = 1'000'000;
   constexpr std::uint64_t kMinAge = 100 * kMs;
   RecentSpawns r(30'000 * kMs, kMinAge);
-  const auto ev = [](ProcEventKind k, std::uint32_t pid) {
-    ProcEvent e;
-    e.kind = k;
-    e.pid = pid;
-    e.tid = pid;
-    return e;
-  };
-  const auto at = [&](ProcEventKind k, std::uint32_t pid, std::uint64_t t_ns) {
-    ProcEvent e = ev(k, pid);
-    e.t_ns = t_ns;
-    return e;
-  };
   // Ticks every 100 ms from t = 1 s; a command forked 10 ms before each tick lives 55 ms, so its
   // exit is drained at the next tick.
   std::uint64_t t = 1'000 * kMs;
   std::uint32_t pid = 1'000;
   std::uint32_t held = 0;  // ticks at which the loop's commands held the window
   for (std::uint32_t i = 0; i < 3 * RecentSpawns::kChurnExits; ++i, t += 100 * kMs, ++pid) {
-    r.apply(std::vector<ProcEvent>{at(ProcEventKind::exit, pid - 1, t - 55 * kMs),
-                                   at(ProcEventKind::fork, pid, t - 10 * kMs),
-                                   at(ProcEventKind::exec, pid, t - 9 * kMs)},
+    r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::exit, pid - 1, t - 55 * kMs),
+                                   proc_event(ProcEventKind::fork, pid, t - 10 * kMs),
+                                   proc_event(ProcEventKind::exec, pid, t - 9 * kMs)},
             t);
     if (r.any(t)) ++held;
   }
   EXPECT_TRUE(r.churning());
   EXPECT_LE(held, RecentSpawns::kChurnExits + 1) << "only until the churn is seen";
-  r.apply(std::vector<ProcEvent>{at(ProcEventKind::exit, pid - 1, t - 55 * kMs)}, t);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::exit, pid - 1, t - 55 * kMs)}, t);
   EXPECT_FALSE(r.any(t));
 
   // A rank starts in the churn: it counts from its minimum age on.
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 5)}, t);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::fork, 5)}, t);
   EXPECT_FALSE(r.any(t + kMinAge - 1)) << "younger than the minimum age while churning";
   EXPECT_TRUE(r.any(t + kMinAge));
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::exit, 5)}, t + kMinAge + 1);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::exit, 5)}, t + kMinAge + 1);
   EXPECT_FALSE(r.any(t + kMinAge + 1));
 
   // The loop stops: two buckets later there is no churn, and a new process counts at once.
   t += 2 * RecentSpawns::kChurnBucketNs + kMinAge;
-  r.apply(std::vector<ProcEvent>{ev(ProcEventKind::fork, 6)}, t);
+  r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::fork, 6)}, t);
   EXPECT_FALSE(r.churning());
   EXPECT_TRUE(r.any(t));
 }
