@@ -109,21 +109,24 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::uint64_t no
 
 void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
                            std::uint64_t now_ns, std::vector<ProcessSignals>& out,
-                           TaskCpuSource* task_cpu) {
+                           TaskCpuSource* task_cpu, bool complete) {
   out.clear();
   out.resize(pids.size());
   ++generation_;
   task_cpu_.clear();
   if (task_cpu != nullptr) {
-    // Every tracked process is followed (a set that changes as processes come and go); the
-    // source is read when it answers the processes sampled this time for less than /proc would.
-    source_pids_.assign(pids.begin(), pids.end());
-    // The tick builder's pids come sorted already: an O(n) check instead of a sort each tick.
-    if (!std::is_sorted(source_pids_.begin(), source_pids_.end())) {
-      std::sort(source_pids_.begin(), source_pids_.end());
+    // Every tracked process is followed (a set that changes as processes come and go, named in
+    // full when `complete`); the source is read when it answers the processes sampled this time
+    // for less than /proc would.
+    if (complete) {
+      source_pids_.assign(pids.begin(), pids.end());
+      // The tick builder's pids come sorted already: an O(n) check instead of a sort each tick.
+      if (!std::is_sorted(source_pids_.begin(), source_pids_.end())) {
+        std::sort(source_pids_.begin(), source_pids_.end());
+      }
+      source_pids_.erase(std::unique(source_pids_.begin(), source_pids_.end()), source_pids_.end());
+      task_cpu->follow(source_pids_);
     }
-    source_pids_.erase(std::unique(source_pids_.begin(), source_pids_.end()), source_pids_.end());
-    task_cpu->follow(source_pids_);
     std::size_t sampled = 0;
     for (std::size_t i = 0; i < pids.size(); ++i) {
       if (i >= modes.size() || modes[i] != SampleMode::skip) ++sampled;
@@ -139,6 +142,7 @@ void SignalSampler::sample(std::span<const std::uint32_t> pids, std::span<const 
     const SampleMode mode = i < modes.size() ? modes[i] : SampleMode::full;
     if (proc.valid()) sample_one(proc.get(), pids[i], mode, now_ns, out[i]);
   }
+  if (!complete) return;
   std::erase_if(state_, [&](const auto& kv) {
     if (kv.second.generation == generation_) return false;
     if (kv.second.stat_fd.valid()) --open_files_;

@@ -137,9 +137,12 @@ class SignalSampler {
               std::vector<ProcessSignals>& out);
   // The same with a mode per pid (`modes` as long as `pids`; empty: full for every pid), and
   // what `task_cpu` says of each where it answers (null: /proc only; see Cost and cpu_time).
+  // `complete` false: `pids` names only the processes sampled this time, not every one followed
+  // (a tick on which the others would all be skipped): the state of the others is kept, and
+  // `task_cpu` goes on following what it followed.
   void sample(std::span<const std::uint32_t> pids, std::span<const SampleMode> modes,
               std::uint64_t now_ns, std::vector<ProcessSignals>& out,
-              TaskCpuSource* task_cpu = nullptr);
+              TaskCpuSource* task_cpu = nullptr, bool complete = true);
   std::vector<ProcessSignals> sample(std::span<const std::uint32_t> pids, std::uint64_t now_ns);
 
   // Processes with state from a previous sample.

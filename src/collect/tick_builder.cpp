@@ -121,10 +121,12 @@ void TickBuilder::build(const TickInputs& in, TickResult& out) {
     pids_.push_back(t.pid);
     modes_.push_back(t.sample);
   }
-  std::erase_if(baselines_, [&](const auto& kv) {
-    return !std::binary_search(pids_.begin(), pids_.end(), kv.first);
-  });
-  signals_.sample(pids_, modes_, in.now_ns, samples_, in.task_cpu);
+  if (in.complete) {
+    std::erase_if(baselines_, [&](const auto& kv) {
+      return !std::binary_search(pids_.begin(), pids_.end(), kv.first);
+    });
+  }
+  signals_.sample(pids_, modes_, in.now_ns, samples_, in.task_cpu, in.complete);
   for (std::size_t i = 0; i < samples_.size(); ++i) {
     const ProcessSignals& s = samples_[i];
     const TrackedProcess& t = sorted_[i];

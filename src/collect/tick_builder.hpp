@@ -87,6 +87,11 @@ struct GpuUtilization {
 
 struct TickInputs {
   std::span<const TrackedProcess> processes;
+  // true: `processes` is every process followed, and what is kept for any other is dropped.
+  // false: only those sampled this tick (none in SampleMode::skip; the daemon's ticks between
+  // publishes, when a process whose phases come from events is not read), and what is kept for
+  // the others stays: a tick's work grows with what it samples, not with what is followed.
+  bool complete = true;
   std::uint64_t now_ns = 0;             // the tick's deadline (CLOCK_MONOTONIC)
   std::uint64_t tick_ns = 0;            // the tick's length: CPU time is a share of it
   const GpuUtilization* gpu = nullptr;  // null: no NVML

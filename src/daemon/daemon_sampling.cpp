@@ -302,13 +302,19 @@ void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {
   // and a 500 ms lag would miss the detector's commit window (stability + 1 ticks) of a phase.
   if (nvml_) refresh_gpu_utilization();
   drain_phase_events();
+  // Every tracked process on publish ticks; between them only those read this tick (with
+  // process events, most of a node's tracked processes are ranks and workers whose phases come
+  // from events, not read between publishes: the tick's work is then the periodic ones').
   tick_processes_.clear();
   for (const auto& [pid, t] : tracked_) {
-    tick_processes_.push_back({pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role,
-                               sample_mode(pid, t, publish_tick)});
+    const collect::SampleMode mode = sample_mode(pid, t, publish_tick);
+    if (!publish_tick && mode == collect::SampleMode::skip) continue;
+    tick_processes_.push_back(
+        {pid, t.role, t.gpu, t.start, t.has_workers, t.probed, t.event_role, mode});
   }
   collect::TickInputs in;
   in.processes = tick_processes_;
+  in.complete = publish_tick;
   in.now_ns = now_ns;
   in.tick_ns = tick_ns_;
   in.gpu = nvml_ ? &gpu_util_ : nullptr;

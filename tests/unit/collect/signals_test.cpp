@@ -199,6 +199,29 @@ TEST(Signals, pids_no_longer_asked_for_are_forgotten) {
   EXPECT_TRUE(r[1].io_wait_fraction.has_value());
 }
 
+// A sample that names only some of the followed pids (complete = false: the daemon's ticks
+// between publishes) forgets none of the others: the next complete one measures them from their
+// last sample.
+TEST(Signals, a_partial_sample_keeps_the_pids_it_does_not_name) {
+  FakeProc fp;
+  fp.process(100, 0, 0, {{100, 0}});
+  fp.process(200, 0, 0, {{200, 0}});
+  SignalSampler s(fake_options(fp));
+  const std::vector<std::uint32_t> both = {100, 200};
+  const std::vector<std::uint32_t> one = {200};
+  const std::vector<SampleMode> full = {SampleMode::full};
+  std::vector<ProcessSignals> out;
+  (void)s.sample(both, kSecond);
+  s.sample(one, full, 2 * kSecond, out, nullptr, /*complete=*/false);
+  ASSERT_EQ(out.size(), 1U);
+  EXPECT_EQ(out[0].pid, 200U);
+  EXPECT_EQ(s.tracked(), 2U);
+  auto r = s.sample(both, 3 * kSecond);
+  EXPECT_TRUE(r[0].io_wait_fraction.has_value()) << "100 measured from its sample at 1 s";
+  s.sample(one, full, 4 * kSecond, out, nullptr, /*complete=*/true);
+  EXPECT_EQ(s.tracked(), 1U) << "a complete sample forgets the pids it does not name";
+}
+
 TEST(Signals, garbled_stat_measures_nothing_but_keeps_the_process) {
   FakeProc fp;
   fp.process(100, 0, 0, {{100, 0}});
@@ -599,6 +622,32 @@ TEST(Signals, cpu_time_mode_takes_the_task_cpu_source_and_never_counts_twice) {
   EXPECT_TRUE(sample(6'100'000'000));
   EXPECT_EQ(src.reads, reads);
   EXPECT_EQ(s.task_cpu_samples(), 4U);
+}
+
+// The source follows the pids of complete samples only: a partial one (some of the followed
+// processes) leaves it following all of them.
+TEST(Signals, a_partial_sample_leaves_the_task_cpu_source_following_every_process) {
+  const BusyChild a(/*asleep=*/true);
+  const BusyChild b(/*asleep=*/true);
+  ASSERT_GT(a.pid(), 0);
+  ASSERT_GT(b.pid(), 0);
+  std::vector<std::uint32_t> both = {static_cast<std::uint32_t>(a.pid()),
+                                     static_cast<std::uint32_t>(b.pid())};
+  std::sort(both.begin(), both.end());
+  const std::vector<std::uint32_t> one = {both[1]};
+  const std::vector<SampleMode> modes = {SampleMode::full, SampleMode::full};
+  ScriptedTaskCpu src;
+  SignalSampler s;
+  std::vector<ProcessSignals> out;
+  std::uint64_t t = monotonic_ns();
+  s.sample(both, modes, t += 100'000'000, out, &src);
+  EXPECT_EQ(src.asked, both);
+  s.sample(one, std::span(modes).first(1), t += 100'000'000, out, &src, /*complete=*/false);
+  EXPECT_EQ(src.asked, both);
+  EXPECT_EQ(s.tracked(), 2U);
+  s.sample(one, std::span(modes).first(1), t += 100'000'000, out, &src);
+  EXPECT_EQ(src.asked, one);
+  EXPECT_EQ(s.tracked(), 1U);
 }
 
 // The other modes with a TaskCpuSource: a process whose CPU time, timeslices and thread count

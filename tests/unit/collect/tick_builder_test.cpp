@@ -87,9 +87,11 @@ struct Fixture {
 
   TickResult tick(const std::vector<TrackedProcess>& procs, std::uint64_t now_ns,
                   const GpuUtilization* gpu = nullptr, ProbeSource* probes = nullptr,
-                  const std::unordered_map<std::uint32_t, policy::Phase>* phases = nullptr) {
+                  const std::unordered_map<std::uint32_t, policy::Phase>* phases = nullptr,
+                  bool complete = true) {
     TickInputs in;
     in.processes = procs;
+    in.complete = complete;
     in.now_ns = now_ns;
     in.tick_ns = kTick;
     in.gpu = gpu;
@@ -412,6 +414,31 @@ TEST(TickBuilder, forget_drops_a_worker_baseline) {
   f.proc.schedstat(101, 60 * kMs, 0);
   const TickResult r = f.tick({worker(101)}, 5100 * kMs);
   EXPECT_FALSE(r.updates[0].update.cpu_fraction.has_value());
+}
+
+// A tick that lists only the processes it samples (TickInputs::complete false) keeps what it
+// knows of the others: a worker left out of it is measured at its next tick from its last
+// one, as if skipped. A complete tick that leaves it out forgets it.
+TEST(TickBuilder, a_tick_that_lists_only_what_it_samples_keeps_the_others_baselines) {
+  Fixture f;
+  f.proc.process(100);
+  f.proc.process(101);
+  f.proc.schedstat(101, 10 * kMs, 0);
+  (void)f.tick({matched(100), worker(101)}, 5000 * kMs);
+  const TickResult partial = f.tick({matched(100)}, 5100 * kMs, nullptr, nullptr, nullptr, false);
+  ASSERT_EQ(partial.updates.size(), 1U);
+  EXPECT_EQ(partial.updates[0].pid, 100U);
+  f.proc.schedstat(101, 60 * kMs, 0);
+  const TickResult r = f.tick({matched(100), worker(101)}, 5200 * kMs);
+  const ProcessTick* w = find(r, 101);
+  ASSERT_NE(w, nullptr);
+  ASSERT_TRUE(w->update.cpu_fraction.has_value());
+  EXPECT_NEAR(*w->update.cpu_fraction, 0.25F, 1e-4F) << "50 ms busy in the 200 ms since 5,000";
+  (void)f.tick({matched(100)}, 5300 * kMs);  // complete, without the worker: forgotten
+  f.proc.schedstat(101, 70 * kMs, 0);
+  const TickResult again = f.tick({matched(100), worker(101)}, 5400 * kMs);
+  ASSERT_NE(find(again, 101), nullptr);
+  EXPECT_FALSE(find(again, 101)->update.cpu_fraction.has_value());
 }
 
 TEST(TickBuilder, a_process_that_exited_is_gone_and_one_that_vanishes_mid_tick_is_not_a_crash) {
