@@ -104,7 +104,9 @@ std::string metrics_node_name();
 struct DaemonStats {
   std::uint64_t ticks = 0;
   std::uint64_t skipped_ticks = 0;
-  std::uint64_t scans = 0;
+  std::uint64_t scans = 0;       // full listings of /proc
+  std::uint64_t updates = 0;     // discovery of the processes the events named only
+  std::uint64_t nvml_lists = 0;  // queries of NVML's process list
   std::uint64_t collector_errors = 0;
   std::uint64_t max_tick_ns = 0;
   std::uint64_t total_tick_ns = 0;

@@ -65,6 +65,9 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
     s.backend_ejections.push_back(
         {std::string(kind), it == backend_.ejections().end() ? 0 : it->second});
   }
+  s.discovery_runs = {{"proc_scan", stats_.scans},
+                      {"proc_update", stats_.updates},
+                      {"nvml_list", stats_.nvml_lists}};
   s.backend_restarts = backend_.restarts();
   s.backend_restarts_failed = backend_.failed_restarts();
 #ifdef ZERNEL_HAVE_PROBES

@@ -14,7 +14,8 @@
 // phases come from events is not read at all unless it has a tenant, and then on publish ticks for
 // its CPU time only, ranks included (SampleMode::cpu_time: all of them from one read of the BPF
 // task iterator, collect/probes/task_cpu_iter.hpp, where it loads; else a single-threaded one's
-// from its schedstat, its stat every tenth time). Processes under the periodic rules are read every
+// from its schedstat, its stat every tenth time); between publish ticks the tick builder is not
+// even handed it (TickInputs::complete). Processes under the periodic rules are read every
 // tick, those matched only by a rule less often while they sleep (SampleMode::idle_backoff).
 // Without process events (no CAP_NET_ADMIN, another pid namespace) discovery lists /proc every poll
 // tick and every tracked process is read every tick, as before.
@@ -112,6 +113,7 @@ bool Daemon::new_process_appeared() {
     found = true;
   };
   if (nvml_) {
+    ++stats_.nvml_lists;
     if (auto procs = nvml_->compute_processes()) {
       // Kept for poll_processes() on this tick: one NVML query per tick, not two.
       nvml_procs_ = std::move(*procs);
@@ -173,6 +175,8 @@ void Daemon::poll_processes(std::uint64_t now_ns, bool full) {
   if (full) {
     ++stats_.scans;
     next_rescan_ns_ = now_ns + kRescanNs;
+  } else {
+    ++stats_.updates;
   }
   reported_new_.clear();
   if (nvml_ && !nvml_procs_fresh_) read_nvml_processes();
@@ -203,6 +207,7 @@ void Daemon::poll_processes(std::uint64_t now_ns, bool full) {
 }
 
 void Daemon::read_nvml_processes() {
+  ++stats_.nvml_lists;
   nvml_procs_.clear();
   if (auto procs = nvml_->compute_processes()) {
     nvml_procs_ = std::move(*procs);

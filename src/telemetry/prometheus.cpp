@@ -246,6 +246,14 @@ std::string render_prometheus(const Snapshot& s) {
   fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_sum {}\n", h.sum_seconds);
   fmt::format_to(it, "zernel_scheduler_decision_latency_seconds_count {}\n", h.count);
 
+  header(out, "zernel_scheduler_discovery_runs_total", "counter",
+         "Times the daemon looked for processes to follow since start, by kind (proc_scan: all "
+         "of /proc; proc_update: the processes the kernel's events named; nvml_list: NVML's "
+         "process list).");
+  for (const NamedCounter& c : s.discovery_runs) {
+    fmt::format_to(it, "zernel_scheduler_discovery_runs_total{{kind=\"{}\"}} {}\n",
+                   escape_label_value(c.name), c.value);
+  }
   header(out, "zernel_scheduler_collector_errors_total", "counter",
          "Errors of each collector (and of the backend and power management) since start.");
   for (const CollectorErrors& e : s.collector_errors) {

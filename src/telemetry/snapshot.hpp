@@ -138,6 +138,9 @@ struct Snapshot {
   // the failed ones among them).
   std::vector<NamedCounter> backend_counters;
   std::vector<NamedCounter> probe_counters;
+  // How often the daemon looked for the processes to follow, by kind (proc_scan: all of /proc;
+  // proc_update: the processes the kernel's events named; nvml_list: NVML's process list).
+  std::vector<NamedCounter> discovery_runs;
   std::vector<NamedCounter> backend_ejections;
   std::uint64_t backend_restarts = 0;
   std::uint64_t backend_restarts_failed = 0;

@@ -43,5 +43,15 @@ TEST(Prometheus, renders_collector_errors_by_name) {
       contains(text, "zernel_scheduler_collector_errors_total{collector=\"po\\\"wer\"} 1\n"));
 }
 
+TEST(Prometheus, renders_discovery_runs_by_kind) {
+  Snapshot s;
+  s.discovery_runs = {{"proc_scan", 3}, {"proc_update", 0}, {"nvml_list", 41}};
+  const std::string text = render_prometheus(s);
+  EXPECT_TRUE(contains(text, "# TYPE zernel_scheduler_discovery_runs_total counter\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_discovery_runs_total{kind=\"proc_scan\"} 3\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_discovery_runs_total{kind=\"proc_update\"} 0\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_discovery_runs_total{kind=\"nvml_list\"} 41\n"));
+}
+
 }  // namespace
 }  // namespace zernel::telemetry

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Following processes on a node's shape, by the kernel's process events (docs/architecture.md,
+# daemon/daemon_sampling.cpp): the daemon (observe backend, emulated GPU of 8 devices) beside 200
+# processes it does not follow and a loop that runs short commands back to back (a node's probes,
+# exec health checks, shell loops), then a training job of 2 ranks with 2 DataLoader workers
+# each. Read from /metrics (zernel_scheduler_discovery_runs_total, zernel_scheduler_tasks):
+#  1. the job is followed within 3 s of its start, ranks and workers, by events, not by rescans
+#     (at most the start's listing of /proc and the 30-s safety net's);
+#  2. NVML's process list is read at every tick (10 a second) while the job's new processes are
+#     young (a new rank is followed at its first GPU context), and only at the 500-ms poll ticks
+#     once they are older than 30 s: the short commands beside never hold it at every tick;
+#  3. the job's exit drops its processes within 1 s.
+# Root (the process events need CAP_NET_ADMIN); skips without the emulated GPU, and when the
+# daemon could not open the process events.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+export ZERNEL_FAKE_GPU_SHM="/zernel-discovery-test-$$" ZERNEL_FAKE_GPU_COUNT=8
+daemon_pid="" job_pid="" loop_pid=""
+sleepers=()
+cleanup() {
+  [[ -n $job_pid ]] && kill -TERM "$job_pid" 2>/dev/null && wait "$job_pid" 2>/dev/null
+  [[ -n $loop_pid ]] && kill "$loop_pid" 2>/dev/null
+  [[ ${#sleepers[@]} -gt 0 ]] && kill "${sleepers[@]}" 2>/dev/null
+  [[ -n $daemon_pid ]] && kill -KILL "$daemon_pid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf "$tmp"
+  rm -f "/dev/shm${ZERNEL_FAKE_GPU_SHM}"
+}
+trap cleanup EXIT
+[[ $(id -u) -eq 0 ]] || skip "needs root (the kernel's process events)"
+need_emulated_gpu
+
+port=$(free_port)
+cat > "$tmp/config.toml" <<TOML
+[telemetry]
+metrics_port = $port
+[multi_tenant]
+enabled = true
+runtime_state_file = "$tmp/run/runtime-tenants.json"
+[[tenants]]
+id = "jobs"
+gpus = 8
+class = "training"
+[tenants.match]
+comm = ["zernel-workload"]
+TOML
+metric() {
+  curl -sf -m 2 "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'
+}
+runs() {
+  local v
+  v=$(metric "zernel_scheduler_discovery_runs_total{kind=\"$1\"}")
+  echo "${v:-0}"
+}
+tasks() {
+  local v
+  v=$(metric 'zernel_scheduler_tasks{type="total"}')
+  echo "${v:--1}"
+}
+# pause SECONDS: waits in bash itself. A `sleep` would be a new process that lives longer than
+# 100 ms, which holds NVML's list at every tick for as long as it lives (what item 2 measures).
+mkfifo "$tmp/pause"
+exec {pause_fd}<> "$tmp/pause"
+pause() { read -r -t "$1" -u "$pause_fd" _ || true; }
+
+# The node: 200 processes nobody follows, and short commands run back to back.
+ln -s "$(command -v sleep)" "$tmp/other"
+for _ in $(seq 200); do "$tmp/other" 3600 & sleepers+=($!); done
+(while :; do /bin/true; sleep 0.05; done) &
+loop_pid=$!
+start_daemon --backend observe --emulated-gpu || exit 1
+daemon_pid_saved=$daemon_pid
+if grep -q 'discovery lists /proc every' "$tmp/daemon.log"; then
+  skip "the daemon could not open the kernel's process events: $(grep -m1 'discovery lists' "$tmp/daemon.log")"
+fi
+pause 2
+check "nothing of the node is followed ($(tasks) tasks)" "[[ \$(tasks) == 0 ]]"
+scans0=$(runs proc_scan)
+
+# 1. The job: 2 ranks x (1 + 2 workers) and its launcher, 7 processes.
+mkdir -p "$tmp/data"
+t_job=$(date +%s.%N)
+"$BIN/zernel-workload" --emulated-gpu --ranks 2 --workers 2 --steps 1000000 --data-ms 5 \
+  --gpu-ms 200 --nccl-ms 10 --optimizer-ms 5 --batch-kib 16 --prefetch-factor 1 \
+  --data-dir "$tmp/data" > "$tmp/job.out" 2>&1 &
+job_pid=$!
+for _ in $(seq 60); do
+  [[ $(tasks) == 7 ]] && break
+  pause 0.05
+done
+t_followed=$(date +%s.%N)
+ms=$(python3 -c "print(int(1000 * ($t_followed - $t_job)))")
+check "the job's 7 processes are followed within 3 s of its start ($(tasks) after $ms ms)" \
+  "[[ \$(tasks) == 7 && $ms -lt 3000 ]]"
+updates=$(runs proc_update)
+check "found by the events' updates ($updates), not by listings of /proc ($scans0 at start, $(runs proc_scan) now)" \
+  "[[ $updates -ge 1 && \$(runs proc_scan) -le \$((scans0 + 1)) ]]"
+
+# 2. NVML's list: every tick while the job is young, every poll tick once it is 30 s old.
+# rate SECONDS: nvml_list reads a second over SECONDS, in $per_s. Not in a $(...): its subshell
+# would be a process that lives SECONDS.
+rate() {
+  local a b
+  a=$(runs nvml_list)
+  pause "$1"
+  b=$(runs nvml_list)
+  per_s=$(python3 -c "print(round(($b - $a) / $1, 1))")
+}
+rate 5
+young=$per_s
+check "NVML's list at every tick while the job's processes are young ($young a second)" \
+  "python3 -c 'import sys; sys.exit(0 if $young >= 7 else 1)'"
+left=$(python3 -c "print(max(0.0, 32 - ($(date +%s.%N) - $t_job)))")
+pause "$left"
+rate 8
+old=$per_s
+check "NVML's list at the poll ticks only once they are 30 s old, beside the short commands ($old a second)" \
+  "python3 -c 'import sys; sys.exit(0 if $old <= 3 else 1)'"
+scans=$(runs proc_scan)
+echo "NVML list reads a second: $young while the job is young, $old after 32 s; /proc listings $scans0 at start, $(runs proc_scan) now; event updates $(runs proc_update)"
+check "at most the safety net's listing of /proc since the start's ($scans0 then, $scans now)" \
+  "[[ $scans -le \$((scans0 + 2)) ]]"
+check "the job is still followed ($(tasks))" "[[ \$(tasks) == 7 ]]"
+
+# 3. The job ends: its processes are dropped at their exit events.
+kill -TERM "$job_pid"
+wait "$job_pid" 2>/dev/null
+job_pid=""
+for _ in $(seq 20); do
+  [[ $(tasks) == 0 ]] && break
+  pause 0.05
+done
+check "the job's processes are dropped within 1 s of its exit ($(tasks) left)" "[[ \$(tasks) == 0 ]]"
+check "the daemon is still running" "kill -0 $daemon_pid_saved"
+stop_daemon
+check "the daemon exits 0 on SIGTERM (rc $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
+summary
