@@ -116,7 +116,7 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   nvml_procs_fresh_ = false;
   if (n % cadence.poll_every == 0) apply_pod_resources();
   follow_processes(now, n % cadence.poll_every == 0);
-  sample_signals(now, n % cadence.publish_every == 0);
+  sample_signals(now, n % cadence.publish_every == 0, n % cadence.poll_every == 0);
   backend_.maybe_restart(now);
   if (control_) control_->expire(monotonic_ns());
   decide(now);

@@ -107,6 +107,7 @@ struct DaemonStats {
   std::uint64_t scans = 0;       // full listings of /proc
   std::uint64_t updates = 0;     // discovery of the processes the events named only
   std::uint64_t nvml_lists = 0;  // queries of NVML's process list
+  std::uint64_t cpu_load_reads = 0;  // reads of /proc/stat for the CPUs' loads
   std::uint64_t collector_errors = 0;
   std::uint64_t max_tick_ns = 0;
   std::uint64_t total_tick_ns = 0;
@@ -155,7 +156,9 @@ class Daemon final : private ControlHost {
   void track_discovered(const collect::DiscoveredProcess& p, std::uint64_t now_ns);
   void mark_worker_owners(const collect::DiscoveryResult& scan);
   void refresh_gpu_utilization();
-  void sample_signals(std::uint64_t now_ns, bool publish_tick);
+  // poll_tick: the machine's CPU loads are read (/proc/stat) on poll ticks only; the ticks
+  // between re-rank the CPUs with the last ones.
+  void sample_signals(std::uint64_t now_ns, bool publish_tick, bool poll_tick);
   void decide(std::uint64_t now_ns);
   void publish(std::uint64_t now_ns);
   // /metrics' series beyond the engine's (daemon_metrics.cpp): build, backend and probe counters,
@@ -219,6 +222,7 @@ class Daemon final : private ControlHost {
   std::uint64_t next_rescan_ns_ = 0;
   collect::TickBuilder tick_builder_;
   collect::CpuLoadSampler cpu_load_;
+  std::vector<float> cpu_loads_;  // the last ones read (empty: none yet)
   telemetry::PhaseLog phase_log_;
   telemetry::SnapshotStore store_;
   std::unique_ptr<telemetry::HttpServer> http_;

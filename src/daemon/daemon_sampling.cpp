@@ -302,7 +302,7 @@ collect::SampleMode Daemon::sample_mode(std::uint32_t pid, const Tracked& t,
   return engine_.tenant_of(pid) != nullptr ? SampleMode::cpu_time : SampleMode::skip;
 }
 
-void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {
+void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick, bool poll_tick) {
   // Utilisation every tick, not every poll: NVML's per-process figure is "since the last call",
   // and a 500 ms lag would miss the detector's commit window (stability + 1 ticks) of a phase.
   if (nvml_) refresh_gpu_utilization();
@@ -335,11 +335,19 @@ void Daemon::sample_signals(std::uint64_t now_ns, bool publish_tick) {
     engine_.update_task(p.pid, p.update);
     account_tenant_cpu(p.pid, p.cpu_time_ns);
   }
-  if (auto loads = cpu_load_.sample()) {
-    if (!loads->empty()) engine_.set_cpu_loads(*loads);
-  } else {
-    count_error("cpu_load");
+  // The CPUs' loads over the last poll interval. /proc/stat costs its reader a sum over every
+  // CPU of every interrupt's count (38 us on this 2-CPU host; it grows with CPUs times
+  // interrupts on a large node), so it is read every poll tick, not every tick; the engine
+  // re-ranks the CPUs at every tick (which starts its placements afresh) with the last loads.
+  if (poll_tick || cpu_loads_.empty()) {
+    ++stats_.cpu_load_reads;
+    if (auto loads = cpu_load_.sample()) {
+      if (!loads->empty()) cpu_loads_ = std::move(*loads);
+    } else {
+      count_error("cpu_load");
+    }
   }
+  if (!cpu_loads_.empty()) engine_.set_cpu_loads(cpu_loads_);
 }
 
 }  // namespace zernel::daemon

@@ -99,6 +99,29 @@ TEST(Daemon, ticks_until_the_stop_fd_is_readable) {
   EXPECT_GE((*d)->stats().scans, 1U) << "the first scan comes before the first tick";
 }
 
+// /proc/stat (a sum over every CPU of every interrupt's count for its reader) is read at the
+// poll ticks, and at the ticks before the first interval's loads: not at every tick.
+TEST(Daemon, the_cpu_loads_are_read_at_poll_ticks_only) {
+  FakeMachine m;
+  DaemonOptions o = m.options();
+  o.config.general.gpu_poll_interval_ms = 50;  // a poll every 5th tick
+  auto d = Daemon::create(o);
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  Pipe stop;
+  std::thread stopper([&stop] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    stop.signal();
+  });
+  auto r = (*d)->run(stop.read_fd());
+  stopper.join();
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  const DaemonStats& s = (*d)->stats();
+  ASSERT_GE(s.ticks, 10U);
+  // The first tick reads (no loads yet), the second the first interval's, then every 5th.
+  EXPECT_GE(s.cpu_load_reads, 2U);
+  EXPECT_LE(s.cpu_load_reads, 2 + s.ticks / 5) << s.ticks << " ticks";
+}
+
 TEST(Daemon, a_reload_wakeup_applies_the_file_between_ticks) {
   FakeMachine m;
   m.write("scheduler.toml", "[[tenants]]\nid = \"from-reload\"\ngpus = 1\n");
