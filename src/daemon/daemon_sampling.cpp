@@ -151,8 +151,14 @@ void Daemon::follow_processes(std::uint64_t now_ns, bool poll_tick) {
     }
   }
   discovery_.apply(proc_event_buf_, now_ns);
-  recent_spawns_.apply(proc_event_buf_, now_ns);
-  if (nvml_ && (poll_tick || recent_spawns_.any(now_ns))) {
+  // Lifetimes and ages against the clock now, not the tick's deadline: the events carry the
+  // kernel's own times, and a late tick (a busy machine, a tracer on the daemon) would date every
+  // event that came after its deadline at the deadline, ages and lifetimes off by up to its
+  // lateness: under `strace -f` the short commands of a loop beside kept NVML's list at every
+  // tick (docs/benchmarks.md).
+  const std::uint64_t clock_ns = monotonic_ns();
+  recent_spawns_.apply(proc_event_buf_, clock_ns);
+  if (nvml_ && (poll_tick || recent_spawns_.any(clock_ns))) {
     // NVML's list every tick while a process forked or exec'd within kNvmlEagerNs is alive (a
     // new rank creates its GPU context in its first seconds: it is followed at once; a short
     // command leaves the window at its exit, and while such commands run back to back a process
