@@ -98,6 +98,7 @@ void RecentSpawns::apply(std::span<const ProcEvent> events, std::uint64_t now_ns
         since_.erase(it);
       }
     } else if (e.kind == ProcEventKind::fork || e.kind == ProcEventKind::exec) {
+      if (e.kind == ProcEventKind::fork && e.ppid == kKthreadd) continue;  // a kernel thread
       if (since_.size() < capacity_ || since_.contains(e.pid)) {
         since_[e.pid] = at;
       } else {

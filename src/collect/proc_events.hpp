@@ -74,12 +74,14 @@ bool parse_proc_event(std::span<const std::byte> datagram, std::vector<ProcEvent
 // context creation and counts then (or is found at the next poll tick, whichever comes first).
 // Elsewhere a new process counts at once, so a rank whose context comes at once is followed at
 // the next tick. A command that lives longer than min_age_ns beside the churn (a loop's `sleep 1`)
-// still holds the window while it lives. Holds at most `capacity` processes; a spawn beyond that
-// keeps any() true for a whole window. Pure.
+// still holds the window while it lives. A kernel thread (a child of kthreadd, pid 2: a
+// workqueue's new worker) is never a GPU process and does not count. Holds at most `capacity`
+// processes; a spawn beyond that keeps any() true for a whole window. Pure.
 class RecentSpawns {
  public:
   static constexpr std::uint64_t kChurnBucketNs = 5'000'000'000;
   static constexpr std::uint32_t kChurnExits = 10;
+  static constexpr std::uint32_t kKthreadd = 2;  // the parent of every kernel thread
 
   RecentSpawns(std::uint64_t window_ns, std::uint64_t min_age_ns, std::size_t capacity = 4096)
       : window_ns_(window_ns), min_age_ns_(min_age_ns), capacity_(capacity) {}

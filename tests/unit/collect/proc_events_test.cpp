@@ -145,6 +145,13 @@ TEST(RecentSpawns, a_spawn_counts_until_it_exits_or_its_window_passes) {
   EXPECT_FALSE(r.any(1'000)) << "a process that exited does not hold the window";
   EXPECT_FALSE(r.churning()) << "one short command is no churn";
 
+  // A kernel thread (a workqueue's new worker, kthreadd's child) never holds it.
+  ProcEvent kworker = proc_event(ProcEventKind::fork, 12);
+  kworker.ppid = RecentSpawns::kKthreadd;
+  r.apply(std::vector<ProcEvent>{kworker}, 1'500);
+  EXPECT_FALSE(r.any(1'500)) << "a kernel thread is no GPU process";
+  EXPECT_EQ(r.size(), 0U);
+
   // A new rank on a quiet node: forked at 2,000, exec'd at 5,000, alive: it counts at once, until
   // 5,000 + the window.
   r.apply(std::vector<ProcEvent>{proc_event(ProcEventKind::fork, 20)}, 2'000);
