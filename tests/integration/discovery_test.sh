@@ -8,7 +8,10 @@
 #     (at most the start's listing of /proc and the 30-s safety net's);
 #  2. NVML's process list is read at every tick (10 a second) while the job's new processes are
 #     young (a new rank is followed at its first GPU context), and only at the 500-ms poll ticks
-#     once they are older than 30 s: the short commands beside never hold it at every tick;
+#     once they are older than 30 s: the short commands beside never hold it at every tick. Other
+#     processes of the node in their first 30 s (older than 100 ms: a build beside the test, CI's
+#     idle lane) rightly hold it too; the test samples them from /proc while it measures, and
+#     where it saw one the quiet node's figure is not checked (the message says so);
 #  3. the job's exit drops its processes within 1 s.
 # Root (the process events need CAP_NET_ADMIN); skips without the emulated GPU, and when the
 # daemon could not open the process events.
@@ -112,12 +115,57 @@ check "NVML's list at every tick while the job's processes are young ($young a s
   "python3 -c 'import sys; sys.exit(0 if $young >= 7 else 1)'"
 left=$(python3 -c "print(max(0.0, 32 - ($(date +%s.%N) - $t_job)))")
 pause "$left"
-rate 8
-old=$per_s
-check "NVML's list at the poll ticks only once they are 30 s old, beside the short commands ($old a second)" \
-  "python3 -c 'import sys; sys.exit(0 if $old <= 3 else 1)'"
+# young_others: sets $young_seen to a process of the node aged 0.1-30 s that is no kernel thread
+# ("PID COMM", empty: none), from /proc with bash's builtins only (no process of the test's own
+# while it measures).
+hz=$(getconf CLK_TCK)
+young_others() {
+  local f line rest up now age
+  local -a fld
+  young_seen=""
+  read -r up _ < /proc/uptime
+  now=$(( (10#${up%.*} * 100 + 10#${up#*.}) * hz / 100 ))
+  for f in /proc/[0-9]*/stat; do
+    { read -r line < "$f"; } 2> /dev/null || continue
+    rest=${line##*) }
+    read -r -a fld <<< "$rest"
+    [[ ${fld[1]} == 0 || ${fld[1]} == 2 ]] && continue  # kthreadd and its kernel threads
+    age=$((now - fld[19]))
+    if ((age * 10 >= hz && age < 30 * hz)); then
+      young_seen="${line%% (*} ${line#*(}"
+      young_seen=${young_seen%%)*}
+      return
+    fi
+  done
+}
+# The window after 32 s, 8 s long, the node's young processes sampled every 0.5 s. On a quiet
+# node the list runs at the poll ticks only (2 a second; 3 allowed); where another young process
+# was seen (a build beside the test, CI's idle lane), every tick may read it and only the
+# quiet node's figure is not checked: the message says which case ran.
+a=$(runs nvml_list)
+t0=$EPOCHREALTIME
+samples=0
+busy=0
+seen=""
+while elapsed_us=$((${EPOCHREALTIME/./} - ${t0/./})); ((elapsed_us < 8000000)); do
+  young_others
+  samples=$((samples + 1))
+  if [[ -n $young_seen ]]; then
+    busy=$((busy + 1))
+    seen=$young_seen
+  fi
+  pause 0.5
+done
+t1=$EPOCHREALTIME
+b=$(runs nvml_list)
+old=$(python3 -c "print(round(($b - $a) / ($t1 - $t0), 1))")
+bound=3
+((busy > 0)) && bound=10.5
+others="$busy of $samples samples saw another young process${seen:+, e.g. $seen}"
+check "NVML's list at the poll ticks once the job is 30 s old, beside the short commands ($old a second; allowed $bound: $others)" \
+  "python3 -c 'import sys; sys.exit(0 if $old <= $bound else 1)'"
 scans=$(runs proc_scan)
-echo "NVML list reads a second: $young while the job is young, $old after 32 s; /proc listings $scans0 at start, $(runs proc_scan) now; event updates $(runs proc_update)"
+echo "NVML list reads a second: $young while the job is young, $old after 32 s ($others); /proc listings $scans0 at start, $(runs proc_scan) now; event updates $(runs proc_update)"
 check "at most the safety net's listing of /proc since the start's ($scans0 then, $scans now)" \
   "[[ $scans -le \$((scans0 + 2)) ]]"
 check "the job is still followed ($(tasks))" "[[ \$(tasks) == 7 ]]"
