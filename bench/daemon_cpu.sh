@@ -41,7 +41,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "daemon_cpu.sh: run as root (the daemon's probes and process events)" >&2; exit 2; }
 bin=${ZERNEL_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
-# tmp, the daemon's paths under it (journals, runtime state, control socket), launch_daemon.
+# tmp, the daemon's paths under it (journals, runtime state, control socket), launch_daemon, metric.
 export ZERNEL_BIN=$bin
 . "$(dirname "$0")/../tests/integration/lib.sh"
 export ZERNEL_FAKE_GPU_SHM="/zernel-daemon-cpu-$$" ZERNEL_FAKE_GPU_COUNT=8
@@ -113,9 +113,6 @@ for j in $(seq "$njobs"); do
     --data-dir "$tmp/data$j" > "$tmp/job$j.out" 2>&1 &
   jobs_pids+=($!)
 done
-metric() {
-  curl -sf "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'
-}
 # Until the daemon tracks what it should (ranks reach their GPU contexts one after another).
 for _ in $(seq 240); do
   n=$(metric 'zernel_scheduler_tasks{type="total"}' || true)

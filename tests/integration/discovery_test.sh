@@ -47,9 +47,6 @@ class = "training"
 [tenants.match]
 comm = ["zernel-workload"]
 TOML
-metric() {
-  curl -sf -m 2 "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'
-}
 runs() {
   local v
   v=$(metric "zernel_scheduler_discovery_runs_total{kind=\"$1\"}")
@@ -72,7 +69,6 @@ for _ in $(seq 200); do "$tmp/other" 3600 & sleepers+=($!); done
 (while :; do /bin/true; sleep 0.05; done) &
 loop_pid=$!
 start_daemon --backend observe --emulated-gpu || exit 1
-daemon_pid_saved=$daemon_pid
 if grep -q 'discovery lists /proc every' "$tmp/daemon.log"; then
   skip "the daemon could not open the kernel's process events: $(grep -m1 'discovery lists' "$tmp/daemon.log")"
 fi
@@ -179,7 +175,7 @@ for _ in $(seq 20); do
   pause 0.05
 done
 check "the job's processes are dropped within 1 s of its exit ($(tasks) left)" "[[ \$(tasks) == 0 ]]"
-check "the daemon is still running" "kill -0 $daemon_pid_saved"
+check "the daemon is still running" "kill -0 $daemon_pid"
 stop_daemon
 check "the daemon exits 0 on SIGTERM (rc $daemon_rc)" "[[ $daemon_rc -eq 0 ]]"
 summary

@@ -3,7 +3,7 @@
 #   . "$(dirname "$0")/lib.sh"        (bench/: . "$(dirname "$0")/../tests/integration/lib.sh")
 # Gives BIN (the build's bin/, from ctest's ZERNEL_BIN), SRC (the source tree, ZERNEL_SOURCE_DIR),
 # tmp (the script's own directory: its cleanup removes it), the pass/fail counters, check, skip,
-# summary, wait_for, find_cpu_cgroup and the test daemon (start_daemon, stop_daemon,
+# summary, wait_for, metric, find_cpu_cgroup and the test daemon (start_daemon, stop_daemon,
 # need_probes).
 #
 # Nothing of the machine's: every path a daemon or the CLI would take by default is moved under
@@ -49,6 +49,11 @@ need_emulated_gpu() {
 # free_port: a TCP port on 127.0.0.1 that nothing listens on (the kernel's pick for port 0).
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+# metric NAME: the value of the series NAME (exactly as printed, labels included) in the /metrics
+# of the daemon on 127.0.0.1:$port; empty when the series is absent or the daemon does not answer.
+metric() {
+  curl -sf -m 2 "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'
 }
 # wait_for SECONDS CONDITION...: polls the eval'ed CONDITION every 0.1 s for up to SECONDS.
 wait_for() {

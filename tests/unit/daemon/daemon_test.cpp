@@ -70,6 +70,18 @@ class Pipe {
   int fds_[2] = {-1, -1};
 };
 
+// Runs the daemon's loop for `ms`, then signals it to stop; `reload` (optional) is its reload fd.
+Result<void> run_for(Daemon& d, int ms, const Pipe* reload = nullptr) {
+  Pipe stop;
+  std::thread stopper([&stop, ms] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    stop.signal();
+  });
+  auto r = d.run(stop.read_fd(), reload != nullptr ? reload->read_fd() : -1);
+  stopper.join();
+  return r;
+}
+
 TEST(Cadence, scans_and_snapshots_every_whole_number_of_ticks) {
   config::Config c;
   c.general.phase_eval_interval_ms = 100;
@@ -87,13 +99,7 @@ TEST(Daemon, ticks_until_the_stop_fd_is_readable) {
   FakeMachine m;
   auto d = Daemon::create(m.options());
   ASSERT_TRUE(d.ok()) << d.error().message();
-  Pipe stop;
-  std::thread stopper([&stop] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    stop.signal();
-  });
-  auto r = (*d)->run(stop.read_fd());
-  stopper.join();
+  auto r = run_for(**d, 150);
   ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_GE((*d)->stats().ticks, 1U);
   EXPECT_GE((*d)->stats().scans, 1U) << "the first scan comes before the first tick";
@@ -107,13 +113,7 @@ TEST(Daemon, the_cpu_loads_are_read_at_poll_ticks_only) {
   o.config.general.gpu_poll_interval_ms = 50;  // a poll every 5th tick
   auto d = Daemon::create(o);
   ASSERT_TRUE(d.ok()) << d.error().message();
-  Pipe stop;
-  std::thread stopper([&stop] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(400));
-    stop.signal();
-  });
-  auto r = (*d)->run(stop.read_fd());
-  stopper.join();
+  auto r = run_for(**d, 400);
   ASSERT_TRUE(r.ok()) << r.error().message();
   const DaemonStats& s = (*d)->stats();
   ASSERT_GE(s.ticks, 10U);
@@ -128,15 +128,9 @@ TEST(Daemon, a_reload_wakeup_applies_the_file_between_ticks) {
   auto d = Daemon::create(m.options());
   ASSERT_TRUE(d.ok()) << d.error().message();
   ASSERT_TRUE((*d)->config().tenants.empty());
-  Pipe stop;
   Pipe reload;
   reload.signal();  // served on the loop's first wake-up
-  std::thread stopper([&stop] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    stop.signal();
-  });
-  auto r = (*d)->run(stop.read_fd(), reload.read_fd());
-  stopper.join();
+  auto r = run_for(**d, 150, &reload);
   ASSERT_TRUE(r.ok()) << r.error().message();
   ASSERT_EQ((*d)->config().tenants.size(), 1U);
   EXPECT_EQ((*d)->config().tenants[0].spec.id, "from-reload");
