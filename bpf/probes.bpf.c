@@ -200,6 +200,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          are not probed, docs/probes.md "Kernel launches")
  *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
  *     last (short) sync, seen when it leaves a CPU -> Unknown
+ *     enters a sync in OptimizerStep more than 1.5 times its learned optimizer length (+2 ms)
+ *     after the step began   -> GpuCompute from where the step ended (OPTIMIZER LENGTH below)
  *     slept in a futex wait (outside a GPU sync and an NCCL wait) for zernel_batch_wait_ns or
  *     more, from OptimizerStep, Unknown (before its first step, or the Unknown the optimizer's
  *     bound left) or GpuCompute outside a sync (a batch came, not the one it waits for;
@@ -373,6 +375,36 @@ static __always_inline bool rank_driver(const struct zernel_phase_thread *st,
 }
 
 /*
+ * OPTIMIZER LENGTH. A driver whose batch is ready when it asks for it (a DataLoader that keeps
+ * up; with pin_memory=True the batch comes from a queue without a wait) goes from its optimizer
+ * step into the next step's forward pass without any event the probes see: launches are not
+ * probed (docs/probes.md, "Kernel launches"), and on a real GPU the optimizer launches kernels
+ * too. The rules would keep it in OptimizerStep until the step's sync, the whole forward and
+ * backward pass. So each driver learns how long its optimizer step lasts, from the steps where a
+ * wait for data ended it (a blocking read or poll, or a batch's futex wait, begun in
+ * OptimizerStep): opt_us, a running average (3/4 the old value, 1/4 the new one). A sync entered
+ * in OptimizerStep more than 1.5 times that (+2 ms) after the step began ends it: GpuCompute
+ * from the step's start plus opt_us, sent with that earlier time (the scheduler gets it at the
+ * sync's entry; a blocking sync is asleep by then). Syncs inside the optimizer step (a loss's
+ * .item(), gradient clipping) come before that point and keep the hysteresis rule. A driver
+ * that never waits for data learns nothing and keeps the rule as it was.
+ */
+enum {
+	ZERNEL_OPT_SLACK_NS = 2000000,
+};
+
+static __always_inline void opt_learn(struct zernel_phase_thread *st, __u64 end_ns)
+{
+	__u64 len = end_ns > st->since_ns ? end_ns - st->since_ns : 0;
+	__u32 us;
+
+	if (st->phase != ZERNEL_PROBE_PHASE_OPTIMIZER_STEP || len > zernel_optimizer_max_ns)
+		return;
+	us = (__u32)(len / 1000);
+	st->opt_us = st->opt_us ? (__u32)(((__u64)st->opt_us * 3 + us) / 4) : (us ? us : 1);
+}
+
+/*
  * A rank thread's sync entry and return (the GPU rules above). Each returns the thread's state
  * when it changed the phase (the SYNC KICKS below ask the scheduler to apply it), else NULL.
  */
@@ -381,7 +413,7 @@ static __always_inline struct zernel_phase_thread *phase_sync_enter(__u64 now)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct zernel_phase_thread *st = phase_thread(task, true, &now);
 	struct zernel_phase_proc *pp;
-	__u64 since;
+	__u64 since, opt;
 	__u32 tgid;
 
 	if (!st || st->role != ZERNEL_PHASE_ROLE_RANK)
@@ -394,11 +426,17 @@ static __always_inline struct zernel_phase_thread *phase_sync_enter(__u64 now)
 			pp->synced = 1;
 	}
 	st->depth = 1;
+	since = st->since_ns;
 	if (st->phase == ZERNEL_PROBE_PHASE_OPTIMIZER_STEP) {
+		opt = (__u64)st->opt_us * 1000;
+		if (opt && now - since > opt + opt / 2 + ZERNEL_OPT_SLACK_NS) {
+			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
+				  ZERNEL_CAUSE_OPTIMIZER_END, since + opt);
+			return st;
+		}
 		st->pending_ns = now;
 		return NULL;
 	}
-	since = st->since_ns;
 	phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_SYNC_ENTER, now);
 	return st->since_ns != since ? st : NULL;
 }
@@ -593,6 +631,7 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
 	if (st->role == ZERNEL_PHASE_ROLE_RANK && st->sleep_ns) {
 		/* Back from a futex wait begun in batch_wait_from's phases: long, a batch's. */
 		if (now_of(now) - st->sleep_ns >= zernel_batch_wait_ns && batch_wait_from(st)) {
+			opt_learn(st, st->sleep_ns);
 			phase_set(st, task, ZERNEL_PROBE_PHASE_DATA_LOADING,
 				  ZERNEL_CAUSE_BATCH_WAIT, st->sleep_ns);
 			phase_set(st, task, ZERNEL_PROBE_PHASE_GPU_COMPUTE,
@@ -800,6 +839,7 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_UNKNOWN,
 				  ZERNEL_CAUSE_OPTIMIZER_BOUND, now_of(&now));
 		if (sleeps && !st->depth && !st->nccl_wait && is_data_wait(&call)) {
+			opt_learn(st, now_of(&now));
 			phase_set(st, prev, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT,
 				  now_of(&now));
 			st->data_wait = 1;

@@ -219,6 +219,10 @@ enum zernel_phase_cause {
 					     zernel_batch_wait_ns or more after its optimizer
 					     step (a batch from a pin-memory thread): DataLoading
 					     from when it fell asleep, committed when it wakes */
+	ZERNEL_CAUSE_OPTIMIZER_END = 13,  /* a sync entered in OptimizerStep long after the
+					     learned length of the driver's optimizer step:
+					     GpuCompute from where that step ended (the batch was
+					     ready: the forward pass ran unseen) */
 };
 
 /* Per tracked process. */
@@ -250,6 +254,9 @@ struct zernel_phase_thread {
 	__u8 kicked;	    /* 1: the probes kicked its CPU for a change made as it was
 				   switched in (the scheduler clears it when it takes the kick) */
 	__u8 pad2[2];
+	__u32 opt_us; /* us: how long its optimizer step lasts, learned where a wait for data
+			 ended one (OPTIMIZER LENGTH, probes.bpf.c); 0 not yet */
+	__u32 pad3;
 };
 
 /* One phase change, as the ring buffer carries it. */
@@ -270,7 +277,7 @@ enum zernel_phase_limits {
 };
 
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");
-ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 48, "zernel_phase_thread layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 56, "zernel_phase_thread layout");
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_event) == 24,
 			    "zernel_phase_event layout");
 ZERNEL_PROBES_STATIC_ASSERT(__builtin_offsetof(struct zernel_phase_event, tid) == 8, "tid");

@@ -49,6 +49,8 @@ std::string_view cause_name(std::uint8_t cause) {
       return "not_driver";
     case collect::PhaseCause::batch_wait:
       return "batch_wait";
+    case collect::PhaseCause::optimizer_end:
+      return "optimizer_end";
   }
   return "event";
 }

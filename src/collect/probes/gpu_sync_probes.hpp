@@ -117,6 +117,7 @@ enum class PhaseCause : std::uint8_t {
   data_arrived = 10,    // back from that data wait: GpuCompute
   not_driver = 11,      // a rank's main thread, no longer its driver (another synced): Unknown
   batch_wait = 12,      // a long futex wait after the optimizer step: DataLoading (backdated)
+  optimizer_end = 13,   // a sync long after the learned optimizer length: GpuCompute (backdated)
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value

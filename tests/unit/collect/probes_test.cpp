@@ -1239,6 +1239,51 @@ TEST_F(PhaseEvents, a_long_futex_wait_after_the_optimizer_step_is_a_wait_for_a_b
   EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 29 * kMs) << describe(seq);
 }
 
+// A driver whose batch is ready when it asks for it goes from its optimizer step into the next
+// step's forward pass without an event the probes see. Once a wait for data has shown how long
+// its optimizer step lasts (3 ms here), a sync entered long past that length ends the step where
+// the length says: GpuCompute from then (optimizer_end), not OptimizerStep until the sync.
+int ready_batch_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
+  std::uint32_t word = 0;
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
+  burn_cpu(3 * kMs);                                         // the optimizer step
+  const timespec batch{0, 30'000'000};                       // the wait that ends it: learned
+  futex(&word, FUTEX_WAIT_PRIVATE, 0, &batch);
+  burn_cpu(2 * kMs);                                         // forward: GpuCompute
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // then OptimizerStep
+  burn_cpu(3 * kMs);                                         // the optimizer step
+  burn_cpu(30 * kMs);  // the next batch was ready: no wait, its forward pass
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute from 3 ms in
+  Child::reply(rep, 'D');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, a_sync_long_after_the_learned_optimizer_length_ends_the_step_there) {
+  Child child(ready_batch_child);
+  std::vector<PhaseEvent> seq;
+  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::sync_enter)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kData, cause(PhaseCause::batch_wait)},
+                                                {kGpu, cause(PhaseCause::data_arrived)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kGpu, cause(PhaseCause::optimizer_end)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kData, cause(PhaseCause::data_wait)}}));
+  // The length learned is the first optimizer step's (from the sync's return to the futex
+  // wait: 3 ms of CPU, and the wall time that took), kept in microseconds; the second step is
+  // taken to end that long after it began. GpuCompute then spans the 30 ms forward pass and the
+  // sync.
+  const std::uint64_t opt_ns = seq[2].t_ns - seq[1].t_ns;
+  EXPECT_EQ(seq[5].t_ns - seq[4].t_ns, opt_ns / 1000 * 1000) << describe(seq);
+  EXPECT_GE(seq[6].t_ns - seq[5].t_ns, 30 * kMs) << describe(seq);
+}
+
 // A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
 // outlasts the hysteresis; a short sleep changes nothing.
 TEST_F(PhaseEvents, marks_a_worker_idle_only_after_a_sleep_longer_than_the_hysteresis) {
