@@ -57,21 +57,9 @@ class = "training"
 [tenants.match]
 comm = ["zernel-workload"]
 TOML
-runs() {
-  local v
-  v=$(metric "zernel_scheduler_discovery_runs_total{kind=\"$1\"}")
-  echo "${v:-0}"
-}
-tasks() {
-  local v
-  v=$(metric 'zernel_scheduler_tasks{type="total"}')
-  echo "${v:--1}"
-}
-syncs() {
-  local v
-  v=$(metric 'zernel_scheduler_probe_events_total{kind="sync_enter"}')
-  echo "${v:-0}"
-}
+runs() { metric_or "zernel_scheduler_discovery_runs_total{kind=\"$1\"}" 0; }
+tasks() { metric_or 'zernel_scheduler_tasks{type="total"}' -1; }
+syncs() { metric_or 'zernel_scheduler_probe_events_total{kind="sync_enter"}' 0; }
 # pause SECONDS: waits in bash itself. A `sleep` would be a new process that lives longer than
 # 100 ms, which holds NVML's list at every tick for as long as it lives (what item 2 measures).
 mkfifo "$tmp/pause"

@@ -55,6 +55,12 @@ free_port() {
 metric() {
   curl -sf -m 2 "http://127.0.0.1:$port/metrics" | awk -v m="$1" '$1 == m {print $2}'
 }
+# metric_or NAME DEFAULT: metric NAME, or DEFAULT when it gives nothing.
+metric_or() {
+  local v
+  v=$(metric "$1")
+  echo "${v:-$2}"
+}
 # wait_for SECONDS CONDITION...: polls the eval'ed CONDITION every 0.1 s for up to SECONDS.
 wait_for() {
   local limit=$1

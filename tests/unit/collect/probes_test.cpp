@@ -1193,6 +1193,20 @@ TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimiz
   EXPECT_GE(seq[long_one + 1].t_ns - seq[long_one].t_ns, 39 * kMs);
 }
 
+// A step, then an optimizer step of `optimizer_ns` of CPU, then a 30 ms wait for the next batch
+// in a futex on `word` (the pin-memory thread's queue), that batch's forward pass (2 ms) and its
+// sync: GpuCompute, OptimizerStep, DataLoading, GpuCompute, OptimizerStep. False when a sync
+// failed.
+bool step_after_a_batch_wait(const FakeCudaStream& gpu, std::uint32_t* word,
+                             std::uint64_t optimizer_ns) {
+  if (!gpu.work(5 * kMs)) return false;  // GpuCompute, then OptimizerStep
+  burn_cpu(optimizer_ns);
+  const timespec batch{0, 30'000'000};  // the wait for the batch: 30 ms
+  futex(word, FUTEX_WAIT_PRIVATE, 0, &batch);
+  burn_cpu(2 * kMs);         // forward: GpuCompute
+  return gpu.work(5 * kMs);  // then OptimizerStep
+}
+
 // pin_memory=True: after its optimizer step the driver waits for its batch in a futex (the
 // pin-memory thread's queue), which says nothing of what it waits for. A wait of 10 ms or more is
 // a batch's: DataLoading from when it fell asleep, then GpuCompute, both known when it wakes; a
@@ -1203,12 +1217,7 @@ int pinned_batch_child(int cmd, int rep) {
   std::uint32_t word = 0;
   Child::reply(rep, 'L');
   if (Child::next(cmd) != 'G') return 1;
-  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
-  burn_cpu(2 * kMs);
-  const timespec batch{0, 30'000'000};  // the wait for the batch: 30 ms
-  futex(&word, FUTEX_WAIT_PRIVATE, 0, &batch);
-  burn_cpu(2 * kMs);                                         // forward: GpuCompute
-  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // then OptimizerStep
+  if (!step_after_a_batch_wait(gpu, &word, 2 * kMs)) return Child::reply(rep, 'F'), 1;
   const timespec gil{0, 1'000'000};                          // a short wait: nothing
   const std::uint64_t t0 = monotonic_ns();
   futex(&word, FUTEX_WAIT_PRIVATE, 0, &gil);
@@ -1249,12 +1258,8 @@ int ready_batch_child(int cmd, int rep) {
   std::uint32_t word = 0;
   Child::reply(rep, 'L');
   if (Child::next(cmd) != 'G') return 1;
-  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
-  burn_cpu(3 * kMs);                                         // the optimizer step
-  const timespec batch{0, 30'000'000};                       // the wait that ends it: learned
-  futex(&word, FUTEX_WAIT_PRIVATE, 0, &batch);
-  burn_cpu(2 * kMs);                                         // forward: GpuCompute
-  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // then OptimizerStep
+  // The wait that ends the first optimizer step is where its length is learned.
+  if (!step_after_a_batch_wait(gpu, &word, 3 * kMs)) return Child::reply(rep, 'F'), 1;
   burn_cpu(3 * kMs);                                         // the optimizer step
   burn_cpu(30 * kMs);  // the next batch was ready: no wait, its forward pass
   if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute from 3 ms in
