@@ -212,6 +212,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
  *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
  *                                          committed when it wakes (then DataLoading again)
+ *   a thread already asleep when its process was named: at its first switch-in, the rules above
+ *   as if its sleep had begun at the naming (FIRST SIGHT, below)
  *
  * Shorter futex waits (a lock, the GIL) and other sleeps change nothing; a long lock wait or a
  * thread join in those phases reads as a batch's wait (only the log is wrong: the thread slept
@@ -651,6 +653,66 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
 }
 
 /*
+ * FIRST SIGHT. A thread that fell asleep before its process was named has no state: its
+ * switch-out came before the role was in zernel_phase_procs (or before the process was followed
+ * at all), and a switch-in creates none by itself. At its first switch-in after the naming it gets
+ * its state here, and the call it slept in, still in its saved registers, says what that sleep
+ * was from the naming on (named_ns, read by user space before it wrote the role: the thread has
+ * slept since before then). For a rank's driver, a data wait is DataLoading from the naming, a
+ * futex wait on an NCCL segment NcclCollective, another futex wait a wait for a batch asleep since
+ * the naming; for a worker's thread, an idle sleep since the naming; then phase_woke ends each as
+ * if the sleep's start had been seen. So a rank named while it waits for its first batch (its
+ * GPU context is made after the DataLoader's workers fork, and the first batch takes their
+ * start-up), or a job that a restarted daemon follows again, reads right from the naming, not
+ * from its next switch-out. Costs one lookup of zernel_phase_procs at a switch-in of a thread
+ * without state (once per thread of a process with a role; at every one for a followed process
+ * without a role, which pays the same at its switch-outs). Known weakness: the switch-in cannot
+ * tell a sleep from a preemption inside the call (runnable, not asleep: the few instructions
+ * between the call's entry and its sleep, or a read that copies), which reads as a sleep since
+ * the naming.
+ */
+static __always_inline struct zernel_phase_thread *phase_first_sight(struct task_struct *task,
+								     __u64 *now)
+{
+	struct zernel_phase_thread *st;
+	struct zernel_phase_proc *pp;
+	struct zernel_sleep_call call;
+	__u32 tgid = task->tgid;
+	__u64 named;
+
+	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
+	if (!pp)
+		return NULL;
+	named = pp->named_ns;
+	st = phase_thread(task, true, now);
+	if (!st || !named || named >= st->since_ns)
+		return st;
+	st->since_ns = named; /* Unknown since the naming */
+	call = sleep_call(task);
+	if (call.nr < 0)
+		return st; /* not in a system call: preempted while it ran */
+	if (st->role == ZERNEL_PHASE_ROLE_WORKER) {
+		st->sleep_ns = named;
+		return st;
+	}
+	if (st->role != ZERNEL_PHASE_ROLE_RANK || !rank_driver(st, task))
+		return st;
+	if (is_futex_wait(&call)) {
+		if (nccl_wait(task, &call)) {
+			st->nccl_wait = 1;
+			phase_set(st, task, ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE,
+				  ZERNEL_CAUSE_NCCL_WAIT, named);
+		} else {
+			st->sleep_ns = named;
+		}
+	} else if (is_data_wait(&call)) {
+		phase_set(st, task, ZERNEL_PROBE_PHASE_DATA_LOADING, ZERNEL_CAUSE_DATA_WAIT, named);
+		st->data_wait = 1;
+	}
+	return st;
+}
+
+/*
  * The context switch. While any process is followed it runs for every switch of the machine;
  * prev and next of processes nobody follows leave at their bit in zernel_follow.
  *
@@ -863,6 +925,8 @@ next_task:
 	if (!zernel_phase_rules || !followed(next->tgid))
 		return 0;
 	st = phase_thread(next, false, &now);
+	if (!st)
+		st = phase_first_sight(next, &now);
 	if (!st)
 		return 0;
 	since = st->since_ns;

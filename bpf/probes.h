@@ -227,9 +227,12 @@ enum zernel_phase_cause {
 
 /* Per tracked process. */
 struct zernel_phase_proc {
-	__u32 role;   /* enum zernel_phase_role */
-	__u32 synced; /* 1 once a thread of the process entered a GPU sync (BPF sets it; user space
-			 writes 0 when it names the process) */
+	__u32 role;	/* enum zernel_phase_role */
+	__u32 synced;	/* 1 once a thread of the process entered a GPU sync (BPF sets it; user
+			   space writes 0 when it names the process) */
+	__u64 named_ns; /* ns, CLOCK_MONOTONIC: when user space named it, read before it wrote
+			   this entry (a thread asleep since before then: FIRST SIGHT in
+			   probes.bpf.c); 0 unknown */
 };
 
 /* Per thread (task storage; BPF only, user space sees the events). */
@@ -276,7 +279,7 @@ enum zernel_phase_limits {
 						      zernel_phase_unsent */
 };
 
-ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 8, "zernel_phase_proc layout");
+ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_proc) == 16, "zernel_phase_proc layout");
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_thread) == 56, "zernel_phase_thread layout");
 ZERNEL_PROBES_STATIC_ASSERT(sizeof(struct zernel_phase_event) == 24,
 			    "zernel_phase_event layout");

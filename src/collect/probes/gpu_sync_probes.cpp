@@ -412,7 +412,9 @@ GpuSyncProbes::ProgramRuns GpuSyncProbes::switch_runs() const {
 
 Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
   if (phase_error_) return *phase_error_;
-  const zernel_phase_proc entry{static_cast<__u32>(role), 0};
+  // The time first, then the entry: a thread that has no state at its first switch-in after
+  // this has slept since before named_ns (probes.bpf.c, FIRST SIGHT).
+  const zernel_phase_proc entry{static_cast<__u32>(role), 0, monotonic_ns()};
   const int err = bpf_map__update_elem(impl_->skel->maps.zernel_phase_procs, &pid, sizeof pid,
                                        &entry, sizeof entry, BPF_ANY);
   if (err != 0) {

@@ -1071,13 +1071,15 @@ class PhaseEvents : public ::testing::Test {
   }
 
   // A rank's step child ('L' once loaded, 'G' runs the step, 'D' (or 'E', a variant the child
-  // chose, returned in *done) before it blocks in read()): named a rank, one step, and its main
-  // thread's changes from its first GpuCompute on (before the first sync the child may or may
-  // not have been seen asleep) until the data wait shows. Callers wrap it in
-  // ASSERT_NO_FATAL_FAILURE.
+  // chose, returned in *done) before it blocks in read()): named a rank while it is asleep in
+  // read() for 'G', one step, and its main thread's changes from its first GpuCompute on until
+  // the data wait shows. That wait for 'G' is seen from the naming (FIRST SIGHT in
+  // probes.bpf.c): DataLoading, then GpuCompute (data_arrived) when 'G' wakes it, which is where
+  // seq begins. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
   void run_rank_step(Child& child, std::vector<PhaseEvent>& seq, char* done = nullptr) {
     ASSERT_EQ(child.expect(), 'L');
     ASSERT_NO_FATAL_FAILURE(attach(child));
+    ASSERT_TRUE(wait_asleep(child.pid()));
     ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
     ASSERT_TRUE(child.send('G'));
     const char reply = child.expect(20'000);
@@ -1089,10 +1091,10 @@ class PhaseEvents : public ::testing::Test {
       if (!ev.empty() && ev.back().phase == kData) break;
       std::this_thread::sleep_for(10ms);
     }
-    auto first =
-        std::find_if(ev.begin(), ev.end(), [](const PhaseEvent& e) { return e.phase == kGpu; });
-    ASSERT_NE(first, ev.end()) << describe(ev);
-    seq.assign(first, ev.end());
+    ASSERT_GE(ev.size(), 2U) << describe(ev);
+    EXPECT_EQ(ev[0].phase, kData) << describe(ev);
+    EXPECT_EQ(ev[0].cause, cause(PhaseCause::data_wait)) << describe(ev);
+    seq.assign(ev.begin() + 1, ev.end());
   }
 
   // seq is want, (phase, cause) by (phase, cause), and its times never go back.
@@ -1173,7 +1175,7 @@ TEST_F(PhaseEvents, follows_a_rank_through_gpu_work_a_collective_and_the_optimiz
   char done = 0;
   ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq, &done));
   std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
-      {kGpu, cause(PhaseCause::sync_enter)},          {kOpt, cause(PhaseCause::sync_return)},
+      {kGpu, cause(PhaseCause::data_arrived)},        {kOpt, cause(PhaseCause::sync_return)},
       {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
       {kNccl, cause(PhaseCause::nccl_wait)},          {kOpt, cause(PhaseCause::nccl_done)},
       {kGpu, cause(PhaseCause::long_sync)},           {kOpt, cause(PhaseCause::sync_return)},
@@ -1234,9 +1236,9 @@ TEST_F(PhaseEvents, a_long_futex_wait_after_the_optimizer_step_is_a_wait_for_a_b
   char done = 0;
   ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq, &done));
   std::vector<std::pair<std::uint8_t, std::uint8_t>> want = {
-      {kGpu, cause(PhaseCause::sync_enter)},  {kOpt, cause(PhaseCause::sync_return)},
-      {kData, cause(PhaseCause::batch_wait)}, {kGpu, cause(PhaseCause::data_arrived)},
-      {kOpt, cause(PhaseCause::sync_return)}, {kData, cause(PhaseCause::data_wait)}};
+      {kGpu, cause(PhaseCause::data_arrived)}, {kOpt, cause(PhaseCause::sync_return)},
+      {kData, cause(PhaseCause::batch_wait)},  {kGpu, cause(PhaseCause::data_arrived)},
+      {kOpt, cause(PhaseCause::sync_return)},  {kData, cause(PhaseCause::data_wait)}};
   // The 1 ms wait lasted 9 ms or more (a loaded machine, the child's 'E'): if the rules saw 10
   // ms or more, it was a batch's too.
   if (done == 'E' && seq.size() == want.size() + 2) {
@@ -1272,7 +1274,7 @@ TEST_F(PhaseEvents, a_sync_long_after_the_learned_optimizer_length_ends_the_step
   Child child(ready_batch_child);
   std::vector<PhaseEvent> seq;
   ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
-  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::sync_enter)},
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::data_arrived)},
                                                 {kOpt, cause(PhaseCause::sync_return)},
                                                 {kData, cause(PhaseCause::batch_wait)},
                                                 {kGpu, cause(PhaseCause::data_arrived)},
@@ -1366,6 +1368,66 @@ TEST_F(PhaseEvents, follows_a_process_named_after_its_threads_were_seen_untracke
   ASSERT_EQ(child.expect(), 'L');
   // Its first steps cache "no role" in its thread's storage; naming it must still count.
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
+}
+
+// A rank named while its main thread is already asleep (no switch-out of it was seen with the
+// role): its first switch-in after the naming reads the call it slept in, and the sleep counts
+// from the naming. Each case's child puts its thread to sleep before the naming and wakes about
+// 100 ms later (a read() that the parent's command ends, or a futex wait that times out); the
+// thread then works 2 ms and blocks in read() again (a data wait).
+int asleep_in_futex_child(int cmd, int rep) {
+  std::uint32_t word = 0;
+  Child::reply(rep, 'L');
+  const timespec batch{0, 100'000'000};  // a wait for a batch: 100 ms, ended by its timeout
+  futex(&word, FUTEX_WAIT_PRIVATE, 0, &batch);
+  burn_cpu(2 * kMs);
+  Child::reply(rep, 'd');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, a_thread_asleep_when_its_process_is_named_is_seen_from_the_naming) {
+  struct Case {
+    const char* what;
+    Child::Body body;
+    std::uint8_t first_cause;
+    bool parent_wakes;  // the sleep is a read() that the parent's 'G' ends
+  };
+  const Case cases[] = {
+      {"a data wait", burn_step_child, cause(PhaseCause::data_wait), true},
+      {"a batch's futex wait", asleep_in_futex_child, cause(PhaseCause::batch_wait), false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    all_.clear();
+    Child child(c.body);
+    ASSERT_EQ(child.expect(), 'L');
+    ASSERT_TRUE(wait_asleep(child.pid()));
+    const std::uint64_t before = monotonic_ns();
+    ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+    const std::uint64_t after = monotonic_ns();
+    if (c.parent_wakes) {
+      std::this_thread::sleep_for(100ms);
+      ASSERT_TRUE(child.send('G'));
+    }
+    ASSERT_EQ(child.expect(), 'd');
+    std::vector<PhaseEvent> ev;
+    for (int i = 0; i < 200; ++i) {  // until the data wait after the work shows
+      ev = main_thread_events(child.upid());
+      if (ev.size() >= 3) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_NO_FATAL_FAILURE(expect_sequence(ev, {{kData, c.first_cause},
+                                                 {kGpu, cause(PhaseCause::data_arrived)},
+                                                 {kData, cause(PhaseCause::data_wait)}}));
+    // DataLoading from the naming (read between `before` and `after`), GpuCompute at the wake.
+    EXPECT_GE(ev[0].t_ns, before) << describe(ev);
+    EXPECT_LE(ev[0].t_ns, after) << describe(ev);
+    EXPECT_GE(ev[1].t_ns - ev[0].t_ns, 50 * kMs) << describe(ev);
+    if (c.parent_wakes) {
+      ASSERT_TRUE(child.send('Q'));
+    }
+  }
 }
 
 // A rank's futex waits on a word of an nccl-* segment: private ones ('P') are never checked for
@@ -1481,6 +1543,7 @@ TEST_F(PhaseEvents, a_sleep_in_a_page_fault_is_no_data_wait) {
   const char ready = child.expect();
   if (ready == 'U') GTEST_SKIP() << "no userfaultfd write-protect on this kernel";
   ASSERT_EQ(ready, 'L');
+  ASSERT_TRUE(wait_asleep(child.pid()));
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   ASSERT_TRUE(child.send('G'));
   const char done = child.expect();
@@ -1494,13 +1557,11 @@ TEST_F(PhaseEvents, a_sleep_in_a_page_fault_is_no_data_wait) {
     if (!ev.empty() && ev.back().phase == kData) break;
     std::this_thread::sleep_for(10ms);
   }
-  // Named while it slept in read() for 'G' (no state yet), then the fault, then read() again:
-  // one data wait, the last.
-  std::size_t data_waits = 0;
-  for (const PhaseEvent& e : ev) data_waits += e.cause == cause(PhaseCause::data_wait) ? 1U : 0U;
-  EXPECT_EQ(data_waits, 1U) << describe(ev);
-  ASSERT_FALSE(ev.empty());
-  EXPECT_EQ(ev.back().cause, cause(PhaseCause::data_wait)) << describe(ev);
+  // Named while it slept in read() for 'G' (seen from the naming: DataLoading, GpuCompute when
+  // 'G' wakes it), then the fault (no change: not a data wait), then read() again.
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(ev, {{kData, cause(PhaseCause::data_wait)},
+                                               {kGpu, cause(PhaseCause::data_arrived)},
+                                               {kData, cause(PhaseCause::data_wait)}}));
 }
 
 // A rank's threads other than its driver (issue 22): a helper thread that blocks in read() on a
