@@ -20,11 +20,13 @@ char _license[] SEC("license") = "GPL";
 #if ZERNEL_ALT == 5
 #include <bpf/bpf_tracing.h>
 
-__u64 alt_follow[1024];
+#include "probes.h" /* the bitmap's size, as zernel_follow's */
+
+__u64 alt_follow[ZERNEL_FOLLOW_WORDS];
 
 static __always_inline bool alt_followed(__u32 tgid)
 {
-	__u32 bit = tgid & 0xffff;
+	__u32 bit = tgid & ZERNEL_FOLLOW_MASK;
 
 	return alt_follow[bit / 64] & (1ULL << (bit % 64));
 }

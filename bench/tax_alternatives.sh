@@ -37,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 names=(none "tracepoint syscalls:sys_enter_futex" "raw_tp sys_enter" "tp_btf sched_switch" "fentry futex_wait"
   "tp_btf sched_switch, the probes' first test")
 for n in 1 2 3 4 5; do
-  "$clang" -O2 -g -target bpf -DZERNEL_ALT=$n -I"$deps" -I"$deps/include" \
+  "$clang" -O2 -g -target bpf -DZERNEL_ALT=$n -I"$deps" -I"$deps/include" -I"$root/bpf" \
     -c "$root/bench/tax_alternatives.bpf.c" -o "$tmp/alt$n.o" 2> "$tmp/clang$n.log" ||
     { echo "tax_alternatives.sh: compiling hook $n failed: $(tail -2 "$tmp/clang$n.log")" >&2; exit 1; }
 done

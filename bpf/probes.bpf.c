@@ -326,6 +326,25 @@ static __always_inline __u64 now_of(__u64 *now)
 	return *now;
 }
 
+/* A new state for a thread without one, of process tgid whose entry is pp: Unknown from now. */
+static __always_inline struct zernel_phase_thread *
+phase_thread_new(struct task_struct *task, __u32 tgid, const struct zernel_phase_proc *pp,
+		 __u64 *now)
+{
+	struct zernel_phase_thread *st;
+
+	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!st) {
+		stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
+		return NULL;
+	}
+	st->tgid = tgid;
+	st->role = (__u8)pp->role;
+	st->phase = ZERNEL_PROBE_PHASE_UNKNOWN;
+	st->since_ns = now_of(now);
+	return st;
+}
+
 /*
  * The thread's state; with `create`, made (Unknown since now) for a thread of a process that
  * has a role. NULL for the threads of other processes, which get no storage. Callers that run
@@ -343,18 +362,7 @@ static __always_inline struct zernel_phase_thread *phase_thread(struct task_stru
 		return st;
 	tgid = BPF_CORE_READ(task, tgid);
 	pp = bpf_map_lookup_elem(&zernel_phase_procs, &tgid);
-	if (!pp)
-		return NULL;
-	st = bpf_task_storage_get(&zernel_phase_threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!st) {
-		stat_inc(ZERNEL_PROBE_STAT_PHASE_NO_STORAGE);
-		return NULL;
-	}
-	st->tgid = tgid;
-	st->role = (__u8)pp->role;
-	st->phase = ZERNEL_PROBE_PHASE_UNKNOWN;
-	st->since_ns = now_of(now);
-	return st;
+	return pp ? phase_thread_new(task, tgid, pp, now) : NULL;
 }
 
 /*
@@ -666,7 +674,7 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
  * start-up), or a job that a restarted daemon follows again, reads right from the naming, not
  * from its next switch-out. Costs one lookup of zernel_phase_procs at a switch-in of a thread
  * without state (once per thread of a process with a role; at every one for a followed process
- * without a role, which pays the same at its switch-outs). Known weakness: the switch-in cannot
+ * without a role, which pays the same at its switch-outs); the caller has found no state. Known weakness: the switch-in cannot
  * tell a sleep from a preemption inside the call (runnable, not asleep: the few instructions
  * between the call's entry and its sleep, or a read that copies), which reads as a sleep since
  * the naming.
@@ -684,7 +692,7 @@ static __always_inline struct zernel_phase_thread *phase_first_sight(struct task
 	if (!pp)
 		return NULL;
 	named = pp->named_ns;
-	st = phase_thread(task, true, now);
+	st = phase_thread_new(task, tgid, pp, now);
 	if (!st || !named || named >= st->since_ns)
 		return st;
 	st->since_ns = named; /* Unknown since the naming */
