@@ -15,10 +15,11 @@
  *                         and stamps)
  *   zernel_probe_stats    PERCPU_ARRAY key __u32 enum zernel_probe_stat -> __u64 (BPF counts,
  *                         loader sums)
- *   zernel_follow         .bss __u64[ZERNEL_FOLLOW_WORDS]: bit (tgid & ZERNEL_FOLLOW_MASK) set
- *                         while user space follows a process with that tgid (or another that
- *                         shares its bit); every program that runs for all tasks tests it
- *                         before any lookup (user space sets and clears, BPF reads)
+ *   zernel_follow         .data.zprobe __u64[ZERNEL_FOLLOW_WORDS]: bit (tgid &
+ *                         ZERNEL_FOLLOW_MASK) set while user space follows a process with that
+ *                         tgid (or another that shares its bit); every program that runs for all
+ *                         tasks tests it before any lookup (user space sets and clears, BPF
+ *                         reads)
  * All times are CLOCK_MONOTONIC ns (bpf_ktime_get_ns); CPU runtimes are the kernel's
  * se.sum_exec_runtime, the first field of /proc/PID/task/TID/schedstat.
  */
@@ -176,7 +177,7 @@ ZERNEL_PROBES_STATIC_ASSERT(ZERNEL_PROBE_STAT_NR == 18,
  *   zernel_phase_unsent   LRU_HASH      key __u32 tid -> struct zernel_phase_event: a thread's
  *                         last change when the ring buffer had no room for it (BPF writes and
  *                         deletes once a later change of the thread went through the ring; user
- *                         space takes the entries, lookup-and-delete, when the .bss flag
+ *                         space takes the entries, lookup-and-delete, when the .data.zprobe flag
  *                         zernel_phase_unsent_pending is set, and clears the flag first)
  */
 

@@ -31,7 +31,9 @@
  *   share.bpf.h        each thread's share of the machine (SHARING, with a worked example)
  *   vtime.bpf.h        the charge, the queue key and the lag bound (LAG)
  *   decision.bpf.h     the decisions, and each thread's cached copy of its own
- *   phase.bpf.h        threads scheduled by their own phase (PHASES OF THREADS)
+ *   phase.bpf.h        threads scheduled by their own phase (PHASES OF THREADS); it includes
+ *                      the probes' state and rules (bpf/probes/rules.bpf.h), which ops.stopping
+ *                      and ops.running run where the loader sets zernel_switch_rules
  *   phase_timer.bpf.h  the per-CPU timer that applies a running thread's phase change
  *   cpu_choice.bpf.h   the preferred CPU and NUMA node at a wakeup
  *   compat.bpf.h       what differs from 6.12 to 7.x (KERNEL COMPATIBILITY); exit ABI checks
@@ -49,7 +51,10 @@
  *   and finds its decision there: no hash lookup while decisions do not change (decision.bpf.h).
  *   With phases from events a thread of a decided process takes a second lookup, its phase
  *   state (phase.bpf.h); keep_prev may take another for a pinned rival's vtime (dispatch.bpf.h).
- *   ops.running looks up nothing for a thread that is not followed.
+ *   ops.running looks up nothing for a thread that is not followed. Carrying the probes'
+ *   context-switch rules (zernel_switch_rules) adds to ops.stopping and ops.running one load of
+ *   the task's bit in the probes' follow bitmap for a task of a process nobody follows, in place
+ *   of a tracepoint on sched_switch (docs/probes.md, "What is attached when").
  * - The share hierarchy: no map lookup for a thread of the root cgroup, one hash lookup of its
  *   node per callback for a thread of another cgroup, more for a tenant's (share.bpf.h, COST).
  * - No ops.runnable / ops.quiescent: their work (wakeup count, lag bound, joining the node's
@@ -326,7 +331,11 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
 	struct zernel_phase_thread *st;
 	struct task_ctx *tctx;
+	__u64 now = 0;
 
+	/* The probes' switch-in rules first, so that a change they make applies below. */
+	if (zernel_switch_rules)
+		phase_switch_in(p, false, &now);
 	if (!*running_slot(p))
 		return;
 	tctx = task_ctx_get(p);
@@ -347,15 +356,11 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
  * The thread leaves its CPU: its run time is charged (vtime.bpf.h); going to sleep, its burst
  * ends, a phase change it ran with is counted (phase.bpf.h) and it leaves its node.
  */
-void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
+static __always_inline void task_stops(struct task_struct *p, struct task_ctx *tctx, bool runnable)
 {
-	struct task_ctx *tctx = task_ctx_get(p);
-	struct zernel_task_ctx *tc;
+	struct zernel_task_ctx *tc = &tctx->pub;
 	struct znode *n;
 
-	if (!tctx)
-		return;
-	tc = &tctx->pub;
 	/* One lookup of its node for the charge and the leave. */
 	n = tctx->joined ? node_get(tctx->joined_node) : NULL;
 	charge_run(p, tctx, tctx->joined ? joined_share(tctx, n) : task_share(p, tctx));
@@ -370,6 +375,27 @@ void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
 		tc->burst_ns = 0;
 		task_unaccount_in(tctx, n);
 	}
+}
+
+/*
+ * After the charge (which takes the phase the thread ran with), the probes' switch-out rules
+ * where this object carries them, as their tracepoint ran after ops.stopping: a thread that is
+ * not runnable any more goes to sleep in the state it set.
+ */
+void BPF_STRUCT_OPS(zernel_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = task_ctx_get(p);
+	unsigned int state;
+	__u64 now = 0;
+
+	if (tctx)
+		task_stops(p, tctx, runnable);
+	if (!zernel_switch_rules)
+		return;
+	state = p->__state;
+	phase_switch_out(
+		p, !runnable && (state & (ZERNEL_TASK_INTERRUPTIBLE | ZERNEL_TASK_UNINTERRUPTIBLE)),
+		state, &now);
 }
 
 /*

@@ -17,6 +17,9 @@
 
 #include <scx/common.bpf.h>
 
+/* For headers shared with the probes' object (probes/rules.bpf.h): this is the scheduler. */
+#define ZERNEL_SCHED_OBJECT 1
+
 #include "intf.h"
 
 /* Load-time knobs, set by the loader between open and load. */

@@ -20,7 +20,9 @@
  *   - the probes' context-switch program, for the changes it makes as a followed thread is
  *     switched in (after ops.running): it kicks the CPU (probes.bpf.c, sched_kick; sched_follows
  *     tells it which threads this scheduler follows), and ops.dispatch (keep_prev) or ops.enqueue
- *     applies the phase (phase_kick_take);
+ *     applies the phase (phase_kick_take). Where this object carries those rules
+ *     (zernel_switch_rules), ops.running runs them before it applies the thread's phase, and
+ *     nothing is kicked;
  *   - the probes' timer, for a sync's entry and return, which their uprobes make and cannot kick
  *     for themselves: its callback kicks in the same way (probes.bpf.c, SYNC KICKS), where the
  *     kernel allows it (zernel_sync_kicks);
@@ -54,20 +56,22 @@
 #define ZERNEL_SCHED_PHASE_BPF_H
 
 #include "common.bpf.h"
-#include "probes.h"
+#include "probes/rules.bpf.h"
 #include "share.bpf.h"
 #include "task.bpf.h"
 #include "vtime.bpf.h"
 
-/* The probes' per-thread phases (probes.h), shared with them through the loader. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct zernel_phase_thread);
-} zernel_phase_threads SEC(".maps");
-
+/* The probes' per-thread phases (zernel_phase_threads) and all their other state come with
+ * probes/rules.bpf.h; the loader hands this object the probes' maps. */
 const volatile u32 zernel_follow_phases;
+/*
+ * 1: this object carries the probes' context-switch rules (probes.bpf.c, WHERE THE SWITCH RULES
+ * RUN): ops.stopping and ops.running run them, and the probes' tracepoint is not attached. Set
+ * by the loader with zernel_follow_phases on a full switch; 0 leaves the rules' code out of the
+ * verified programs (a kernel whose struct_ops programs may not call bpf_task_pt_regs or
+ * bpf_find_vma loads the object without it).
+ */
+const volatile u32 zernel_switch_rules;
 /*
  * 1: the probes kick for the changes a GPU sync's entry and return make (their SYNC KICKS, where
  * the kernel lets a uprobe start a bpf_timer), so the phase timer does not poll inside syncs.

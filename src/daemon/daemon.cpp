@@ -12,7 +12,10 @@ namespace zernel::daemon {
 namespace {
 
 enforce::BackendSettings backend_settings(const config::Config& cfg) {
-  return {cfg.general.max_tracked_tasks, cfg.sched_ext.allow_unenforced_cpu_max};
+  enforce::BackendSettings s;
+  s.max_tasks = cfg.general.max_tracked_tasks;
+  s.allow_unenforced_cpu_max = cfg.sched_ext.allow_unenforced_cpu_max;
+  return s;
 }
 
 policy::Topology read_topology_or_single(const DaemonOptions& opts) {
@@ -47,6 +50,8 @@ Daemon::Daemon(DaemonOptions opts, policy::Topology topo)
         enforce::BackendSettings s = settings;
         s.phase_map_fd = phase_map_fd();  // probes open first (start)
         s.phase_sync_kicks = s.phase_map_fd >= 0 && phase_sync_kicks();
+        s.shared_maps = phase_shared_maps();
+        s.switch_rules = s.phase_map_fd >= 0 && !s.shared_maps.empty();
         return enforce::make_backend(kind, s);
       }),
       discovery_(opts_.proc_root),
@@ -79,6 +84,7 @@ Result<void> Daemon::start() {
   open_probes();
   if (auto r = backend_.start(opts_.backend); !r) return r.error().context("--backend");
   spdlog::info("enforcement backend: {}", backend_.name());
+  place_switch_rules();
   open_nvml();
   open_process_events();
   node_name_ = metrics_node_name();
@@ -114,12 +120,14 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   const std::uint64_t now = ticker.deadline_ns();
   const std::uint64_t t0 = monotonic_ns();
   nvml_procs_fresh_ = false;
+  place_switch_rules();  // before any first follow, which attaches the tracepoint otherwise
   if (n % cadence.poll_every == 0) apply_pod_resources();
   follow_processes(now, n % cadence.poll_every == 0);
   sample_signals(now, n % cadence.publish_every == 0, n % cadence.poll_every == 0);
   backend_.maybe_restart(now);
   if (control_) control_->expire(monotonic_ns());
   decide(now);
+  place_switch_rules();  // a scheduler that apply() found ejected runs no rules any more
   if (trace_) finish_trace();
   last_decision_ns_ = monotonic_ns() - t0;
   decision_latency_.observe(last_decision_ns_);

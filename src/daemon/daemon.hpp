@@ -36,6 +36,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "collect/cpu_load.hpp"
@@ -259,6 +260,11 @@ class Daemon final : private ControlHost {
   // The probes' per-thread phase map for the sched_ext scheduler; -1 without phases from events.
   [[nodiscard]] int phase_map_fd() const;
   [[nodiscard]] bool phase_sync_kicks() const;
+  // The probes' maps for the sched_ext scheduler to share (empty without phases from events),
+  // and where the context-switch rules run: in the scheduler while it carries them, else in the
+  // probes' tracepoint (GpuSyncProbes::set_switch_carried).
+  [[nodiscard]] std::vector<std::pair<std::string, int>> phase_shared_maps() const;
+  void place_switch_rules();
   // `zernel-scheduler trace` (trace_recording.cpp): the control request starts a recording
   // (nullopt: answered later) or refuses; every tick feeds it (drain_phase_events, decide) and
   // finish_trace answers its client once it is due, or drops it when the client has gone.

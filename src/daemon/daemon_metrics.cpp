@@ -93,6 +93,8 @@ void Daemon::add_metrics(telemetry::Snapshot& s) {
                         {"wake_unseen", p.wake_unseen},
                         {"sync_kicks", p.sync_kicks}};
     for (const std::string& line : table_full_.check(s.probe_counters)) spdlog::warn("{}", line);
+    if (phase_events_on_)
+      s.switch_rules_in = probes_->switch_carried() ? "sched_ext" : "tracepoint";
   }
 #endif
   add_tenant_cpu(s);

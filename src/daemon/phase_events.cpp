@@ -174,6 +174,23 @@ bool Daemon::phase_sync_kicks() const {
   return false;
 }
 
+std::vector<std::pair<std::string, int>> Daemon::phase_shared_maps() const {
+  std::vector<std::pair<std::string, int>> out;
+#ifdef ZERNEL_HAVE_PROBES
+  if (!phase_events_on_ || !probes_) return out;
+  for (auto& m : probes_->shared_maps()) out.emplace_back(std::move(m.name), m.fd);
+#endif
+  return out;
+}
+
+void Daemon::place_switch_rules() {
+#ifdef ZERNEL_HAVE_PROBES
+  if (phase_events_on_ && probes_) {
+    probes_->set_switch_carried(backend_.backend().carries_switch_rules());
+  }
+#endif
+}
+
 void Daemon::drain_phase_events() {
 #ifdef ZERNEL_HAVE_PROBES
   if (!phase_events_on_ || !probes_) return;

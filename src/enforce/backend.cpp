@@ -71,6 +71,8 @@ Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,
     scx_opts.allow_unenforced_cpu_max = settings.allow_unenforced_cpu_max;
     scx_opts.phase_map_fd = settings.phase_map_fd;
     scx_opts.phase_sync_kicks = settings.phase_sync_kicks;
+    scx_opts.shared_maps = settings.shared_maps;
+    scx_opts.switch_rules = settings.switch_rules;
     auto inject = injected_error_ns();
     if (!inject) return inject.error();
     scx_opts.inject_error_after_ns = *inject;

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/result.hpp"
@@ -54,6 +55,9 @@ class Backend {
   // After apply() failed with ECANCELED: the kind of exit, as a fixed name (sched_ext: the
   // kernel's SCX_EXIT_ name without the prefix, "ERROR_STALL"); "UNKNOWN" when not known.
   [[nodiscard]] virtual std::string_view exit_kind() { return "UNKNOWN"; }
+  // Whether the backend runs the probes' context-switch rules itself, now (sched_ext, while
+  // its scheduler is attached and carries them: bpf/probes.bpf.c, WHERE THE SWITCH RULES RUN).
+  [[nodiscard]] virtual bool carries_switch_rules() const { return false; }
 };
 
 // The observe-only backend: counts what it is given and changes nothing.
@@ -103,6 +107,10 @@ struct BackendSettings {
   bool allow_unenforced_cpu_max = false;  // [sched_ext]
   int phase_map_fd = -1;  // the probes' per-thread phases (sched_ext follows them); -1: none
   bool phase_sync_kicks = false;  // the probes kick for a GPU sync's phase changes themselves
+  // The probes' maps by name (GpuSyncProbes::shared_maps), for the scheduler to share, and
+  // whether it should carry their context-switch rules (sched_ext, full switch).
+  std::vector<std::pair<std::string, int>> shared_maps;
+  bool switch_rules = false;
 };
 
 Result<std::unique_ptr<Backend>> make_backend(std::string_view kind,

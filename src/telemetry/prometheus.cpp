@@ -99,6 +99,13 @@ void render_backend(std::string& out, const Snapshot& s) {
                    escape_label_value(std::string_view(c.name).substr(kRunNsPrefix.size())),
                    static_cast<double>(c.value) / 1e9);
   }
+  if (!s.switch_rules_in.empty()) {
+    header(out, "zernel_scheduler_switch_rules", "gauge",
+           "1 for where the per-thread phase rules of a context switch run: sched_ext (the "
+           "scheduler's own callbacks) or tracepoint (the probes' sched_switch program).");
+    fmt::format_to(it, "zernel_scheduler_switch_rules{{in=\"{}\"}} 1\n",
+                   escape_label_value(s.switch_rules_in));
+  }
   header(out, "zernel_scheduler_probe_events_total", "counter",
          "Events counted by the GPU sync probes, by kind (enum zernel_probe_stat).");
   for (const NamedCounter& c : s.probe_counters) {

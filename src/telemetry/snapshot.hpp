@@ -138,6 +138,10 @@ struct Snapshot {
   // the failed ones among them).
   std::vector<NamedCounter> backend_counters;
   std::vector<NamedCounter> probe_counters;
+  // Where the probes' context-switch rules run (phases from events): "sched_ext" (the
+  // scheduler's ops.stopping and ops.running), "tracepoint" (the probes' sched_switch, attached
+  // while a process is followed); empty without phases from events.
+  std::string switch_rules_in;
   // How often the daemon looked for the processes to follow, by kind (proc_scan: all of /proc;
   // proc_update: the processes the kernel's events named; nvml_list: NVML's process list).
   std::vector<NamedCounter> discovery_runs;

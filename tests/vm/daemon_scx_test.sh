@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # vm.daemon_scx, one VM boot: the daemon itself with --backend sched_ext. It attaches our
-# scheduler (state enabled, root/ops zernel); when an administrator ends it (sysrq-S) the daemon
-# reports the exit, keeps running in observe mode and does not reload it (the exit does not ask
-# for a restart); a second daemon reattaches, and kill -9 of it returns the machine to the
+# scheduler (state enabled, root/ops zernel), which carries the probes' context-switch rules
+# (/metrics); when an administrator ends it (sysrq-S) the daemon reports the exit, keeps running
+# in observe mode with the rules back in the probes' tracepoint and does not reload it (the exit
+# does not ask for a restart); a second daemon reattaches, and kill -9 of it returns the machine to the
 # default scheduler within 2 s with every task still running. Then the fallback (issue 24): a
 # scheduler that ends itself soon after every load ($ZERNEL_TEST_SCX_INJECT_ERROR_MS) is reloaded
 # twice and then given up on for the userspace backend, which reniced a followed training job
@@ -28,6 +29,18 @@ if wait_state enabled 3000 > /dev/null && grep -q zernel /sys/kernel/sched_ext/r
 else
   bad "daemon did not attach: state=$(state) $(cat /tmp/d1.log)"
 fi
+# switch_rules WANT: /metrics (published every second) says where the context-switch rules run
+# (bpf/probes.bpf.c, WHERE THE SWITCH RULES RUN) within 3 s.
+switch_rules() {
+  n=0
+  while ! wget -q -O - http://127.0.0.1:19093/metrics | grep -qF "switch_rules{in=\"$1\"} 1"; do
+    [ $n -ge 30 ] && return 1
+    usleep 100000
+    n=$((n + 1))
+  done
+}
+switch_rules sched_ext && ok "/metrics: the scheduler carries the context-switch rules" ||
+  bad "/metrics: $(wget -q -O - http://127.0.0.1:19093/metrics | grep switch_rules)"
 echo 1 > /proc/sys/kernel/sysrq
 echo S > /proc/sysrq-trigger
 wait_state disabled 1000 > /dev/null || bad "sysrq-S: state $(state)"
@@ -38,6 +51,8 @@ if kill -0 $d 2>/dev/null && grep -q 'the kernel ended the scheduler' /tmp/d1.lo
 else
   bad "after sysrq-S: alive=$(kill -0 $d 2>/dev/null && echo yes || echo no) state=$(state) log: $(cat /tmp/d1.log)"
 fi
+switch_rules tracepoint && ok "/metrics: after the ejection the probes' tracepoint runs the rules" ||
+  bad "/metrics after the ejection: $(wget -q -O - http://127.0.0.1:19093/metrics | grep switch_rules)"
 kill -TERM $d; wait $d; rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM after the ejection: exit 0" || bad "SIGTERM rc=$rc"
 
@@ -98,7 +113,8 @@ if fallback_daemon /tmp/d3.log; then
   done
   for want in 'zernel_scheduler_backend_info{backend="userspace"} 1' \
     'zernel_scheduler_backend_state{requested="sched_ext",state="fallback"} 1' \
-    'zernel_scheduler_backend_ejections_total{kind="ERROR_BPF"} 3'; do
+    'zernel_scheduler_backend_ejections_total{kind="ERROR_BPF"} 3' \
+    'zernel_scheduler_switch_rules{in="tracepoint"} 1'; do
     echo "$m" | grep -qF "$want" && ok "/metrics: $want" || bad "/metrics lacks $want"
   done
 else

@@ -137,10 +137,10 @@ constexpr std::uint64_t kAttachRetryNs = 60'000'000'000;
 // ones.
 void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool uprobe_multi,
                         bool sync_kicks, int ncpus) {
-  skel.rodata->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
-  skel.rodata->zernel_idle_hyst_ns = o.idle_hysteresis_ns;
-  skel.rodata->zernel_optimizer_max_ns = o.optimizer_max_ns;
-  skel.rodata->zernel_phase_rules = o.phase_events ? 1 : 0;
+  skel.rodata_zprobe->zernel_sync_hyst_ns = o.sync_hysteresis_ns;
+  skel.rodata_zprobe->zernel_idle_hyst_ns = o.idle_hysteresis_ns;
+  skel.rodata_zprobe->zernel_optimizer_max_ns = o.optimizer_max_ns;
+  skel.rodata_zprobe->zernel_phase_rules = o.phase_events ? 1 : 0;
   if (!o.phase_events) {
     (void)bpf_map__set_max_entries(skel.maps.zernel_phase_events,
                                    static_cast<__u32>(sysconf(_SC_PAGESIZE)));
@@ -159,7 +159,7 @@ void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool 
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_return, !sync_kicks);
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_enter_kick, sync_kicks);
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_return_kick, sync_kicks);
-  skel.rodata->zernel_sync_kick_on = sync_kicks ? 1 : 0;
+  skel.rodata_zprobe->zernel_sync_kick_on = sync_kicks ? 1 : 0;
   (void)bpf_map__set_max_entries(skel.maps.zernel_sync_kick_timers,
                                  static_cast<__u32>(std::max(ncpus, 1)));
 }
@@ -227,9 +227,13 @@ struct GpuSyncProbes::Impl {
   probes_bpf* skel = nullptr;
   bool uprobe_multi = false;
   bool sync_kicks = false;  // the _kick pair of sync programs is loaded (SYNC KICKS)
-  // The programs that run for every task, attached while a process is followed.
+  // The programs that run for every task, attached while a process is followed: thread exit
+  // (every_task_links) and the context switch (switch_link), the latter only while the
+  // scheduler does not carry its rules (switch_carried).
   std::vector<bpf_link*> every_task_links;
+  bpf_link* switch_link = nullptr;
   bool attached = false;
+  bool switch_carried = false;
   ring_buffer* phase_ring = nullptr;
   std::vector<PhaseEvent>* drain_out = nullptr;  // drain_phase_events' target, during the drain
   // Followed processes per bit of zernel_follow (tgids that share a bit).
@@ -243,13 +247,14 @@ struct GpuSyncProbes::Impl {
   ~Impl() {
     reaper.settle();
     for (bpf_link* l : every_task_links) bpf_link__destroy(l);
+    bpf_link__destroy(switch_link);
     ring_buffer__free(phase_ring);
     probes_bpf__destroy(skel);
   }
 
   void set_follow_bit(std::uint32_t tgid, bool on) {
     const std::uint32_t bit = tgid & ZERNEL_FOLLOW_MASK;
-    __u64* word = &skel->bss->zernel_follow[bit / 64];
+    __u64* word = &skel->data_zprobe->zernel_follow[bit / 64];
     const __u64 mask = 1ULL << (bit % 64);
     if (on) {
       if (bit_users[bit]++ == 0) __atomic_or_fetch(word, mask, __ATOMIC_RELEASE);
@@ -352,23 +357,56 @@ void GpuSyncProbes::attach_every_task_programs() {
   } else {
     impl.every_task_links.push_back(exit_link);
   }
-  if (futex_error_) return;  // failed before: not again at every first follow
-  bpf_link* switch_link = bpf_program__attach(progs.zernel_switch);
-  if (switch_link == nullptr) {
+  if (!impl.switch_carried) attach_switch_program();
+}
+
+void GpuSyncProbes::attach_switch_program() {
+  auto& impl = *impl_;
+  if (futex_error_ || impl.switch_link != nullptr) return;  // failed before: not again
+  impl.switch_link = bpf_program__attach(impl.skel->progs.zernel_switch);
+  if (impl.switch_link == nullptr) {
     futex_error_ = libbpf_error("counting futex waits: attaching tp_btf/sched_switch", errno);
     spdlog::warn("{}", futex_error_->message());
     if (!phase_error_) {
       phase_error_ = Error(futex_error_->code(), "phases from events: " + futex_error_->message());
     }
-    return;
   }
-  impl.every_task_links.push_back(switch_link);
 }
 
 void GpuSyncProbes::detach_every_task_programs() {
+  if (impl_->switch_link != nullptr) impl_->every_task_links.push_back(impl_->switch_link);
+  impl_->switch_link = nullptr;
   impl_->reaper.destroy(std::move(impl_->every_task_links));
   impl_->every_task_links.clear();
   impl_->attached = false;
+}
+
+void GpuSyncProbes::set_switch_carried(bool carried) {
+  auto& impl = *impl_;
+  if (impl.switch_carried == carried) return;
+  impl.switch_carried = carried;
+  spdlog::info("GPU sync probes: the context-switch rules run in {}",
+               carried ? "the sched_ext scheduler's ops.stopping and ops.running"
+                       : "the probes' tracepoint sched_switch");
+  if (!impl.attached) return;  // nothing followed: attached at the next first follow
+  if (!carried) {
+    attach_switch_program();
+  } else if (impl.switch_link != nullptr) {
+    impl.reaper.destroy({impl.switch_link});
+    impl.switch_link = nullptr;
+  }
+}
+
+bool GpuSyncProbes::switch_carried() const { return impl_->switch_carried; }
+
+std::vector<GpuSyncProbes::SharedMap> GpuSyncProbes::shared_maps() const {
+  std::vector<SharedMap> out;
+  if (phase_error_) return out;
+  bpf_map* map = nullptr;
+  bpf_object__for_each_map(map, impl_->skel->obj) {
+    out.push_back(SharedMap{bpf_map__name(map), bpf_map__fd(map)});
+  }
+  return out;
 }
 
 GpuSyncProbes::Followed& GpuSyncProbes::follow(std::uint32_t pid) {
@@ -435,7 +473,8 @@ std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
   impl_->drain_out = &out;
   (void)ring_buffer__consume(impl_->phase_ring);
   impl_->drain_out = nullptr;
-  if (impl_->skel->bss->zernel_phase_unsent_pending != 0) take_unsent_phase_events(out, before);
+  if (impl_->skel->data_zprobe->zernel_phase_unsent_pending != 0)
+    take_unsent_phase_events(out, before);
   return out.size() - before;
 }
 
@@ -447,7 +486,7 @@ std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
 // later change went through, but may not have yet.
 void GpuSyncProbes::take_unsent_phase_events(std::vector<PhaseEvent>& out,
                                              std::size_t drained_from) {
-  __atomic_store_n(&impl_->skel->bss->zernel_phase_unsent_pending, 0U, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&impl_->skel->data_zprobe->zernel_phase_unsent_pending, 0U, __ATOMIC_SEQ_CST);
   bpf_map* map = impl_->skel->maps.zernel_phase_unsent;
   std::vector<PhaseEvent> kept;
   __u32 key = 0;

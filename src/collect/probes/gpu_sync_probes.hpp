@@ -211,6 +211,20 @@ class GpuSyncProbes {
   // The per-thread phase map (task storage), for the sched_ext scheduler to share; -1 when
   // phases from events are off.
   [[nodiscard]] int phase_map_fd() const;
+  // Every map of the probes' object (bpf/probes/rules.bpf.h), by name, for the sched_ext
+  // scheduler to share (its own maps of those names take these); empty when phases from
+  // events are off. The fds stay the probes'.
+  struct SharedMap {
+    std::string name;
+    int fd = -1;
+  };
+  [[nodiscard]] std::vector<SharedMap> shared_maps() const;
+  // Whether the sched_ext scheduler runs the context-switch rules in its own callbacks (it
+  // carries them: probes.bpf.c, WHERE THE SWITCH RULES RUN). While it does, the probes'
+  // context-switch tracepoint is not attached; when it stops (ejected, unloaded), the tracepoint
+  // is attached again while a process is followed. Idempotent; the daemon calls it every tick.
+  void set_switch_carried(bool carried);
+  [[nodiscard]] bool switch_carried() const;
   // Whether a GPU sync's entry and return kick the sched_ext scheduler for their phase change
   // themselves (probes.bpf.c, SYNC KICKS): the kernel lets a uprobe start a bpf_timer.
   [[nodiscard]] bool sync_kicks() const;
@@ -256,6 +270,7 @@ class GpuSyncProbes {
   Followed& follow(std::uint32_t pid);
   void unfollow_if_idle(std::uint32_t pid);
   void attach_every_task_programs();
+  void attach_switch_program();
   void detach_every_task_programs();
   void take_unsent_phase_events(std::vector<PhaseEvent>& out, std::size_t drained_from);
 

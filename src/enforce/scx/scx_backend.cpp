@@ -243,6 +243,16 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   opts.phase_map_fd = options.phase_map_fd;
   opts.phase_policy = options.phase_map_fd >= 0 ? policies.data() : nullptr;
   opts.phase_sync_kicks = options.phase_sync_kicks ? 1U : 0U;
+  std::vector<const char*> shared_names;
+  std::vector<int> shared_fds;
+  for (const auto& [name, fd] : options.shared_maps) {
+    shared_names.push_back(name.c_str());
+    shared_fds.push_back(fd);
+  }
+  opts.shared_names = shared_names.data();
+  opts.shared_fds = shared_fds.data();
+  opts.nr_shared = static_cast<std::uint32_t>(shared_names.size());
+  opts.switch_rules = options.switch_rules ? 1U : 0U;
 
   char err[512] = "";
   ::zernel_scx* handle = nullptr;
@@ -255,6 +265,19 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   }
   if (ret == 0) {
     ret = zernel_scx_load(handle, err, sizeof err);
+    // A kernel whose struct_ops programs may not call the rules' tracing helpers
+    // (bpf_task_pt_regs, bpf_find_vma): without the rules, the probes' tracepoint runs them.
+    if (ret != 0 && zernel_scx_switch_rules(handle) != 0) {
+      spdlog::warn(
+          "sched_ext: the scheduler with the probes' context-switch rules did not load ({}); "
+          "loading it without them (the probes' tracepoint sched_switch runs them)",
+          err);
+      zernel_scx_destroy(handle);
+      handle = nullptr;
+      opts.switch_rules = 0;
+      ret = zernel_scx_open(&opts, &handle, err, sizeof err);
+      if (ret == 0) ret = zernel_scx_load(handle, err, sizeof err);
+    }
   }
   if (ret == 0) {
     ret = zernel_scx_attach(handle, err, sizeof err);
@@ -295,6 +318,11 @@ ScxBackend::~ScxBackend() {
 }
 
 bool ScxBackend::running() { return attached_ && zernel_scx_exited(handle_, nullptr) == 0; }
+
+bool ScxBackend::carries_switch_rules() const {
+  return attached_ && zernel_scx_switch_rules(handle_) != 0 &&
+         zernel_scx_exited(handle_, nullptr) == 0;
+}
 
 std::optional<ExitInfo> ScxBackend::exit_info() {
   zernel_scx_exit e{};

@@ -61,6 +61,12 @@ struct Options {
   // The probes kick the CPU for a GPU sync's entry and return themselves (GpuSyncProbes::
   // sync_kicks()): the scheduler's phase timer then does not poll while a thread is in a sync.
   bool phase_sync_kicks = false;
+  // The probes' maps by name, for the scheduler's maps of the same names (bpf/probes/
+  // rules.bpf.h), and whether it carries the probes' context-switch rules in ops.stopping and
+  // ops.running (full switch only; where the kernel refuses the rules' helpers to a struct_ops
+  // program, the scheduler loads without them and says so).
+  std::vector<std::pair<std::string, int>> shared_maps;
+  bool switch_rules = false;
   std::filesystem::path sys_root = "/sys";
   std::filesystem::path proc_root = "/proc";
   // Where the kernel's config-<release> is looked for (its CONFIG_HZ: the tick, see bpf/).
@@ -109,6 +115,7 @@ class ScxBackend final : public Backend {
   // stats() by kStatNames, and exit_info()'s kind by exit_kind_name().
   [[nodiscard]] Result<std::vector<Counter>> counters() const override;
   [[nodiscard]] std::string_view exit_kind() override;
+  [[nodiscard]] bool carries_switch_rules() const override;
 
   // How the scheduler ended, once it has (ejected by the kernel, or after shutdown()).
   [[nodiscard]] std::optional<ExitInfo> exit_info();

@@ -40,6 +40,7 @@ _Static_assert(ZERNEL_ECODE_ACT_MASK == UEI_ECODE_SYS_ACT_MASK, "exit code mask"
 struct zernel_scx {
 	struct zernel_bpf *skel;
 	unsigned caps;
+	int switch_rules; /* zernel_switch_rules is set */
 	struct bpf_link *link;
 	void (*log)(int level, const char *msg);
 };
@@ -79,6 +80,51 @@ static void note(const struct zernel_scx *s, int level, const char *fmt, ...)
 unsigned zernel_scx_caps(const struct zernel_scx *s)
 {
 	return s ? s->caps : 0;
+}
+
+int zernel_scx_switch_rules(const struct zernel_scx *s)
+{
+	return s ? s->switch_rules : 0;
+}
+
+/* The probes' map of this name in opts, or -1. */
+static int shared_fd(const struct zernel_scx_open_opts *opts, const char *name)
+{
+	for (__u32 i = 0; i < opts->nr_shared; i++)
+		if (opts->shared_names[i] && !strcmp(opts->shared_names[i], name))
+			return opts->shared_fds[i];
+	return -1;
+}
+
+/*
+ * The maps of bpf/probes/rules.bpf.h: the probes' own where given; else the large ones are not
+ * created (only the rules use them, and their code is dead then: zernel_switch_rules is 0), the
+ * small ones are this object's own, unused. Returns 0 or a negative errno with err filled.
+ */
+static int share_probe_maps(struct zernel_scx *s, const struct zernel_scx_open_opts *opts,
+			    char *err, size_t errlen)
+{
+	static const char *const large[] = {"zernel_probe_procs", "zernel_phase_events",
+					    "zernel_phase_unsent"};
+	struct bpf_map *map;
+	int fd, ret;
+
+	for (size_t i = 0; i < sizeof(large) / sizeof(large[0]); i++) {
+		map = bpf_object__find_map_by_name(s->skel->obj, large[i]);
+		if (map && shared_fd(opts, large[i]) < 0)
+			(void)bpf_map__set_autocreate(map, false);
+	}
+	for (map = bpf_object__next_map(s->skel->obj, NULL); map;
+	     map = bpf_object__next_map(s->skel->obj, map)) {
+		fd = shared_fd(opts, bpf_map__name(map));
+		if (fd < 0)
+			continue;
+		ret = bpf_map__reuse_fd(map, fd);
+		if (ret)
+			return fail(err, errlen, ret, "sharing the probes' map %s: %s",
+				    bpf_map__name(map), strerror(-ret));
+	}
+	return 0;
 }
 
 /* /sys/kernel/sched_ext/hotplug_seq, or -1 (compat.h's scx_hotplug_seq() exits on errors). */
@@ -233,8 +279,13 @@ static int apply_scx_open_opts(struct zernel_scx *s, const struct zernel_scx_ope
 			s->skel->rodata->zernel_phase_policy[i] = opts->phase_policy[i];
 		s->skel->rodata->zernel_follow_phases = 1;
 		s->skel->rodata->zernel_sync_kicks = opts->phase_sync_kicks ? 1 : 0;
+		/* The rules need the probes' state: their follow bitmap, knobs, ring and maps. */
+		if (opts->switch_rules && !opts->switch_partial && opts->nr_shared) {
+			s->skel->rodata->zernel_switch_rules = 1;
+			s->switch_rules = 1;
+		}
 	}
-	return 0;
+	return share_probe_maps(s, opts, err, errlen);
 }
 
 int zernel_scx_open(const struct zernel_scx_open_opts *opts, struct zernel_scx **out, char *err,

@@ -40,6 +40,15 @@ struct zernel_scx_open_opts {
 	const struct zernel_phase_policy *phase_policy;
 	/* 1: the probes kick for a GPU sync's phase changes (their SYNC KICKS): no polling. */
 	__u32 phase_sync_kicks;
+	/* The probes' maps, by name (nr_shared of each), for the maps of bpf/probes/rules.bpf.h
+	 * that this object has too: each of this object's maps of such a name takes the probes'
+	 * map (one state for both objects). Those not given are left out where they are large. */
+	const char *const *shared_names;
+	const int *shared_fds;
+	__u32 nr_shared;
+	/* 1: carry the probes' context-switch rules in ops.stopping / ops.running (needs the shared
+	 * maps and phases, and a full switch); zernel_scx_switch_rules says whether it does. */
+	__u32 switch_rules;
 	/* Receives warnings (level 1) and notes (level 0) about the kernel's features. */
 	void (*log)(int level, const char *msg);
 };
@@ -92,6 +101,8 @@ const char *zernel_scx_exit_dump(const struct zernel_scx *s);
 /* enum zernel_scx_cap bits: the ops this kernel's sched_ext_ops has (kept after open). Whether
  * the kernel calls the cgroup ops also depends on CONFIG_EXT_GROUP_SCHED. */
 unsigned zernel_scx_caps(const struct zernel_scx *s);
+/* 1 when the loaded scheduler carries the probes' context-switch rules (opts.switch_rules). */
+int zernel_scx_switch_rules(const struct zernel_scx *s);
 
 #ifdef __cplusplus
 }

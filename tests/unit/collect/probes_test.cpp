@@ -32,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -1352,6 +1353,56 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
       << describe(main_thread_events(child.upid()));
   // Named again, it is followed again from its next step.
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_TRUE(child.send('G'));
+  ASSERT_EQ(child.expect(), 'd');
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(main_thread_events(child.upid()).empty());
+}
+
+// While the sched_ext scheduler carries the context-switch rules (set_switch_carried(true):
+// bpf/probes.bpf.c, WHERE THE SWITCH RULES RUN) the probes' sched_switch program is detached, also
+// when the first process is followed anew: a named rank's waits make no change here (this host
+// runs no such scheduler), while the thread-exit program stays. Given back, the tracepoint is
+// attached again and the next step's wait is a change again. shared_maps() names every map the
+// scheduler takes, the rules' data sections among them.
+TEST_F(PhaseEvents, leaves_the_context_switch_to_a_scheduler_that_carries_the_rules) {
+  std::set<std::string> names;
+  for (const auto& m : probes_->shared_maps()) {
+    EXPECT_GE(m.fd, 0) << m.name;
+    names.insert(m.name);
+  }
+  for (const char* want : {"zernel_phase_threads", "zernel_phase_procs", "zernel_phase_events",
+                           "zernel_probe_futex", ".data.zprobe", ".rodata.zprobe"}) {
+    EXPECT_TRUE(names.contains(want)) << want;
+  }
+  Child child(burn_step_child);
+  ASSERT_EQ(child.expect(), 'L');
+  ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
+  auto quiet_steps = [&] {
+    (void)main_thread_events(child.upid());  // what came before
+    all_.clear();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(child.send('G'));
+      ASSERT_EQ(child.expect(), 'd');
+    }
+    std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(main_thread_events(child.upid()).empty())
+        << describe(main_thread_events(child.upid()));
+  };
+  probes_->set_switch_carried(true);
+  probes_->settle();
+  EXPECT_TRUE(probes_->switch_carried());
+  EXPECT_TRUE(probes_->attached());  // thread exit stays attached
+  ASSERT_NO_FATAL_FAILURE(quiet_steps());
+  // Forgotten and named again (the every-task programs detached and attached anew): still quiet.
+  probes_->forget(child.upid());
+  probes_->settle();
+  EXPECT_FALSE(probes_->attached());
+  ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
+  ASSERT_NO_FATAL_FAILURE(quiet_steps());
+  // Given back: the tracepoint runs the rules again from the next step.
+  probes_->set_switch_carried(false);
+  EXPECT_FALSE(probes_->switch_carried());
   ASSERT_TRUE(child.send('G'));
   ASSERT_EQ(child.expect(), 'd');
   std::this_thread::sleep_for(20ms);

@@ -44,6 +44,7 @@ Snapshot full_snapshot() {
                         {"run_ns_gpu_compute", 1'500'000'000},
                         {"run_ns_undecided", 0}};
   s.probe_counters = {{"sync_enter", 9}, {"thread_map_full", 0}};
+  s.switch_rules_in = "sched_ext";
   s.backend_ejections = {{"ERROR_STALL", 1}, {"UNKNOWN", 0}};
   s.backend_restarts = 3;
   s.backend_restarts_failed = 1;
@@ -101,7 +102,8 @@ TEST(PrometheusFamilies, every_sample_follows_its_familys_help_and_type_and_coun
         "zernel_scheduler_backend_ejections_total", "zernel_scheduler_backend_restarts_total",
         "zernel_scheduler_tenant_entitled_share", "zernel_scheduler_tenant_achieved_share",
         "zernel_scheduler_tenant_cpu_seconds_total", "zernel_scheduler_gpu_utilization_percent",
-        "zernel_scheduler_gpu_tasks", "zernel_scheduler_gpu_tenant_info"}) {
+        "zernel_scheduler_gpu_tasks", "zernel_scheduler_gpu_tenant_info",
+        "zernel_scheduler_switch_rules"}) {
     EXPECT_TRUE(sampled.contains(family)) << family;
   }
 }
@@ -118,6 +120,7 @@ TEST(PrometheusFamilies, renders_the_build_backend_and_probe_counters) {
       contains(text, "zernel_scheduler_bpf_cpu_seconds_total{phase=\"gpu_compute\"} 1.5\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_bpf_cpu_seconds_total{phase=\"undecided\"} 0\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_probe_events_total{kind=\"sync_enter\"} 9\n"));
+  EXPECT_TRUE(contains(text, "zernel_scheduler_switch_rules{in=\"sched_ext\"} 1\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_backend_ejections_total{kind=\"ERROR_STALL\"} 1\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_backend_restarts_total{result=\"loaded\"} 2\n"));
   EXPECT_TRUE(contains(text, "zernel_scheduler_backend_restarts_total{result=\"failed\"} 1\n"));
