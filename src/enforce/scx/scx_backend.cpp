@@ -157,6 +157,17 @@ std::array<zernel_phase_policy, ZERNEL_PHASE_NR + 1> phase_policies() {
   return out;
 }
 
+// Whether a struct_ops program may call the switch rules' tracing helpers (bpf_task_pt_regs,
+// bpf_find_vma). sched_ext's programs get the kernel's base helper set, which has them since
+// Linux 6.16 ("trace helpers for all prog types"; for a privileged loader); a socket filter's
+// helpers fall back to the same set, and libbpf can probe those (not struct_ops ones). A kernel
+// that says yes here and still refuses is caught at the load (create() loads again without).
+bool base_has_trace_helpers() {
+  return libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_task_pt_regs, nullptr) ==
+             1 &&
+         libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, BPF_FUNC_find_vma, nullptr) == 1;
+}
+
 }  // namespace
 
 std::optional<std::uint32_t> read_config_hz(const fs::path& config) {
@@ -253,6 +264,13 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   opts.shared_fds = shared_fds.data();
   opts.nr_shared = static_cast<std::uint32_t>(shared_names.size());
   opts.switch_rules = options.switch_rules ? 1U : 0U;
+  if (opts.switch_rules != 0 && !base_has_trace_helpers()) {
+    spdlog::info(
+        "sched_ext: this kernel does not let the scheduler call bpf_task_pt_regs and "
+        "bpf_find_vma (Linux 6.16 and later do): the probes' tracepoint sched_switch runs the "
+        "context-switch rules");
+    opts.switch_rules = 0;
+  }
 
   char err[512] = "";
   ::zernel_scx* handle = nullptr;
