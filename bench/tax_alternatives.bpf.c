@@ -8,7 +8,7 @@
  *   3 BTF tracepoint sched_switch           (the probes' zernel_switch hook)
  *   4 fentry on futex_wait                  (refused on the development host: EPERM)
  *   5 BTF tracepoint sched_switch with the probes' first test: prev's and next's tgid in a
- *     bitmap in .bss (zernel_follow in bpf/probes.bpf.c; nothing set here), where zernel_switch
+ *     bitmap in .bss (as zernel_follow of bpf/probes/rules.bpf.h; nothing set here), where zernel_switch
  *     leaves for every task nobody follows: against 3, the probes' own work for such a task
  */
 #include <vmlinux.h> // first: the kernel's types, which libbpf's headers use

@@ -127,7 +127,7 @@ enum zernel_probe_stat {
 					       next switch-out: the kernel ran it without a
 					       sched_switch naming it next (phase_woke) */
 	ZERNEL_PROBE_STAT_SYNC_KICK,	     /* CPU kicks for a change a sync's entry or return
-					       made (SYNC KICKS in probes.bpf.c) */
+					       made (SYNC KICKS in probes/rules.bpf.h) */
 	ZERNEL_PROBE_STAT_NR,
 };
 
@@ -233,7 +233,7 @@ struct zernel_phase_proc {
 			   space writes 0 when it names the process) */
 	__u64 named_ns; /* ns, CLOCK_MONOTONIC: when user space named it, read before it wrote
 			   this entry (a thread asleep since before then: FIRST SIGHT in
-			   probes.bpf.c); 0 unknown */
+			   probes/rules.bpf.h); 0 unknown */
 };
 
 /* Per thread (task storage; BPF only, user space sees the events). */
@@ -259,7 +259,7 @@ struct zernel_phase_thread {
 				   switched in (the scheduler clears it when it takes the kick) */
 	__u8 pad2[2];
 	__u32 opt_us; /* us: how long its optimizer step lasts, learned where a wait for data
-			 ended one (OPTIMIZER LENGTH, probes.bpf.c); 0 not yet */
+			 ended one (OPTIMIZER LENGTH, probes/rules.bpf.h); 0 not yet */
 	__u32 pad3;
 };
 

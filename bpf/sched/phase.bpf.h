@@ -18,13 +18,13 @@
  * one is pending (phase_change_pending: a change the scheduler has not seen, or the phase's policy
  * itself after a new decision replaced it, task_refresh setting applied_phase to ZERNEL_NO_PHASE):
  *   - the probes' context-switch program, for the changes it makes as a followed thread is
- *     switched in (after ops.running): it kicks the CPU (probes.bpf.c, sched_kick; sched_follows
+ *     switched in (after ops.running): it kicks the CPU (probes/rules.bpf.h, sched_kick; sched_follows
  *     tells it which threads this scheduler follows), and ops.dispatch (keep_prev) or ops.enqueue
  *     applies the phase (phase_kick_take). Where this object carries those rules
  *     (zernel_switch_rules), ops.running runs them before it applies the thread's phase, and
  *     nothing is kicked;
  *   - the probes' timer, for a sync's entry and return, which their uprobes make and cannot kick
- *     for themselves: its callback kicks in the same way (probes.bpf.c, SYNC KICKS), where the
+ *     for themselves: its callback kicks in the same way (probes/rules.bpf.h, SYNC KICKS), where the
  *     kernel allows it (zernel_sync_kicks);
  *   - else the phase timer of the thread's CPU, every 0.25 ms while a followed thread runs there
  *     inside a GPU sync, and while one has a change pending: it kicks the CPU in the same way
@@ -83,7 +83,7 @@ const volatile struct zernel_phase_policy zernel_phase_policy[ZERNEL_PHASE_NR + 
  * The thread is followed (on) or no longer: its tgid slot counts it (running_slots, task.bpf.h:
  * ops.running has work for it), and the probes' state says so (sched_follows: their
  * context-switch program kicks its CPU for a change it makes as the thread is switched in,
- * probes.bpf.c sched_kick). st: the probes' state, NULL where they have none (nothing to tell
+ * probes/rules.bpf.h sched_kick). st: the probes' state, NULL where they have none (nothing to tell
  * them).
  */
 static __always_inline void set_followed(const struct task_struct *p, struct task_ctx *tctx,

@@ -6,11 +6,11 @@
  *
  * A change made while a thread runs has no wakeup to be applied at. The probes' context-switch
  * program kicks the thread's CPU itself for the changes it makes as a followed thread is switched
- * in (an NCCL wait's end, a batch that came, a worker back from idling: probes.bpf.c, sched_kick;
+ * in (an NCCL wait's end, a batch that came, a worker back from idling: probes/rules.bpf.h, sched_kick;
  * sched_ext registers its general kfuncs for tracing programs). Their uprobes cannot: those
  * kfuncs are not registered for uprobes, and older kernels, 6.12 among them, refuse a bpf_timer in
  * them. Where the kernel allows it (the VM tests' 7.3), the probes kick for a sync's entry and
- * return themselves, from a timer of their own (probes.bpf.c, SYNC KICKS; zernel_sync_kicks), and
+ * return themselves, from a timer of their own (probes/rules.bpf.h, SYNC KICKS; zernel_sync_kicks), and
  * this timer is armed only for a change still pending when a followed thread starts to run. On the
  * others, for the one change a uprobe makes in the middle of a run that matters, a GPU sync's
  * return (OptimizerStep), and for a change pending after a run began, the scheduler looks:

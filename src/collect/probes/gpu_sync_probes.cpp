@@ -60,7 +60,7 @@ bool kernel_has_uprobe_multi() {
 // the VM tests' 7.3 does; 6.12 and the development host's 6.18 refuse ("tracing progs cannot use
 // bpf_timer yet"). Probed with
 // a three-instruction program that loads such a map's address; the uprobes' _kick variants need
-// it (probes.bpf.c, SYNC KICKS). Any failure reads as no.
+// it (probes/rules.bpf.h, SYNC KICKS). Any failure reads as no.
 bool kernel_allows_timer_in_uprobes() {
   btf* b = btf__new_empty();
   if (b == nullptr) return false;
@@ -154,7 +154,7 @@ void configure_programs(probes_bpf& skel, const GpuSyncProbes::Options& o, bool 
     }
   }
   // One pair of sync programs is loaded: the _kick pair where the kernel allows it and phases
-  // come from events (probes.bpf.c, SYNC KICKS), else the plain one.
+  // come from events (probes/rules.bpf.h, SYNC KICKS), else the plain one.
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_enter, !sync_kicks);
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_return, !sync_kicks);
   (void)bpf_program__set_autoload(skel.progs.zernel_sync_enter_kick, sync_kicks);
@@ -451,7 +451,7 @@ GpuSyncProbes::ProgramRuns GpuSyncProbes::switch_runs() const {
 Result<void> GpuSyncProbes::set_phase_role(std::uint32_t pid, PhaseRole role) {
   if (phase_error_) return *phase_error_;
   // The time first, then the entry: a thread that has no state at its first switch-in after
-  // this has slept since before named_ns (probes.bpf.c, FIRST SIGHT).
+  // this has slept since before named_ns (probes/rules.bpf.h, FIRST SIGHT).
   const zernel_phase_proc entry{static_cast<__u32>(role), 0, monotonic_ns()};
   const int err = bpf_map__update_elem(impl_->skel->maps.zernel_phase_procs, &pid, sizeof pid,
                                        &entry, sizeof entry, BPF_ANY);
@@ -478,7 +478,7 @@ std::size_t GpuSyncProbes::drain_phase_events(std::vector<PhaseEvent>& out) {
   return out.size() - before;
 }
 
-// The changes the ring buffer had no room for, each thread's last (probes.bpf.c, "LOST
+// The changes the ring buffer had no room for, each thread's last (probes/rules.bpf.h, "LOST
 // CHANGES"): the flag is cleared before the map is read, so a change kept after this read sets
 // it again for the next drain. Each entry is taken with lookup-and-delete (a newer one the BPF
 // side writes meanwhile stays for the next drain). One that a change of the same thread drained
@@ -701,7 +701,7 @@ Result<ProbeSample> GpuSyncProbes::read(std::uint32_t pid, std::uint64_t now_ns)
   ProbeSample s;
   s.main_futex_wait_ns = futex_entry.main_wait_ns;
   // in_sync is a count the BPF side never lets go below 0 for long; a huge value is a transient
-  // underflow being repaired (probes.bpf.c, proc_leave).
+  // underflow being repaired (probes/rules.bpf.h, proc_leave).
   s.in_sync = proc.in_sync > 0 && proc.in_sync < (1U << 31);
   s.in_sync_since_ns = s.in_sync ? proc.in_sync_since_ns : 0;
   s.last_sync_return_ns = proc.last_return_ns;

@@ -97,10 +97,11 @@ struct ProbeStats {
   std::uint64_t nccl_checks = 0;        // shared futex waits of rank threads checked for NCCL
   std::uint64_t nccl_missed = 0;        // of those, not done (bpf_find_vma: mmap_lock busy)
   std::uint64_t wake_unseen = 0;        // returns from a sleep seen at the next switch-out
-  std::uint64_t sync_kicks = 0;  // CPU kicks for a sync's phase change (probes.bpf.c, SYNC KICKS)
+  std::uint64_t sync_kicks =
+      0;  // CPU kicks for a sync's phase change (probes/rules.bpf.h, SYNC KICKS)
 };
 
-// Which event rules apply to a process's threads (probes.bpf.c, "PHASES FROM EVENTS").
+// Which event rules apply to a process's threads (probes/rules.bpf.h, "PHASES FROM EVENTS").
 enum class PhaseRole : std::uint8_t { rank = 1, worker = 2 };
 
 // What made a phase change (probes.h's enum zernel_phase_cause, asserted equal).
@@ -226,7 +227,7 @@ class GpuSyncProbes {
   void set_switch_carried(bool carried);
   [[nodiscard]] bool switch_carried() const;
   // Whether a GPU sync's entry and return kick the sched_ext scheduler for their phase change
-  // themselves (probes.bpf.c, SYNC KICKS): the kernel lets a uprobe start a bpf_timer.
+  // themselves (probes/rules.bpf.h, SYNC KICKS): the kernel lets a uprobe start a bpf_timer.
   [[nodiscard]] bool sync_kicks() const;
   [[nodiscard]] const std::optional<Error>& phase_events_error() const { return phase_error_; }
 

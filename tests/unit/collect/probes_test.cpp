@@ -789,9 +789,9 @@ TEST(ProbesWhoPays, attach_nothing_while_no_process_is_followed) {
       << links_running(progs) << " links left after the last followed process was forgotten";
 }
 
-// The sync kicks (bpf/probes.bpf.c, SYNC KICKS) need phases from events and a kernel that lets a
-// uprobe use a bpf_timer; $ZERNEL_TEST_NO_SYNC_KICKS=1 turns them off for tests. Whichever pair of
-// sync programs is loaded, the GPU probes attach and count a sync.
+// The sync kicks (bpf/probes/rules.bpf.h, SYNC KICKS) need phases from events and a kernel that
+// lets a uprobe use a bpf_timer; $ZERNEL_TEST_NO_SYNC_KICKS=1 turns them off for tests. Whichever
+// pair of sync programs is loaded, the GPU probes attach and count a sync.
 TEST(ProbesSyncKicks, only_with_phases_from_events_and_off_under_the_test_switch) {
   if (std::string(ZERNEL_FAKE_LIB_DIR).empty()) GTEST_SKIP() << "no ZERNEL_FAKE_LIB_DIR";
   GpuSyncProbes::Options plain;
@@ -1015,7 +1015,7 @@ TEST_F(Probes, DISABLED_measure_costs) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Phases from events (probes.bpf.c, "PHASES FROM EVENTS"): the rules on real threads.
+// Phases from events (probes/rules.bpf.h, "PHASES FROM EVENTS"): the rules on real threads.
 
 // PhaseEvent::phase values (policy::Phase) and a cause as the event carries it.
 constexpr std::uint8_t kData = 0;
@@ -1075,8 +1075,8 @@ class PhaseEvents : public ::testing::Test {
   // chose, returned in *done) before it blocks in read()): named a rank while it is asleep in
   // read() for 'G', one step, and its main thread's changes from its first GpuCompute on until
   // the data wait shows. That wait for 'G' is seen from the naming (FIRST SIGHT in
-  // probes.bpf.c): DataLoading, then GpuCompute (data_arrived) when 'G' wakes it, which is where
-  // seq begins. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+  // probes/rules.bpf.h): DataLoading, then GpuCompute (data_arrived) when 'G' wakes it, which is
+  // where seq begins. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
   void run_rank_step(Child& child, std::vector<PhaseEvent>& seq, char* done = nullptr) {
     ASSERT_EQ(child.expect(), 'L');
     ASSERT_NO_FATAL_FAILURE(attach(child));
