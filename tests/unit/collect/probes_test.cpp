@@ -1125,6 +1125,20 @@ class PhaseEvents : public ::testing::Test {
     EXPECT_FALSE(main_thread_events(child.upid()).empty());
   }
 
+  // Three steps of `child` (burn_step_child) after what came before is dropped: no change of its
+  // main thread. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+  void expect_quiet_steps(Child& child) {
+    (void)main_thread_events(child.upid());
+    all_.clear();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(child.send('G'));
+      ASSERT_EQ(child.expect(), 'd');
+    }
+    std::this_thread::sleep_for(20ms);
+    EXPECT_TRUE(main_thread_events(child.upid()).empty())
+        << describe(main_thread_events(child.upid()));
+  }
+
   static std::string describe(const std::vector<PhaseEvent>& events) {
     std::string s;
     for (const PhaseEvent& e : events) {
@@ -1340,17 +1354,9 @@ TEST_F(PhaseEvents, ignores_processes_without_a_role_and_stops_after_forget) {
   ASSERT_EQ(child.expect(), 'L');
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
   probes_->forget(child.upid());
-  (void)main_thread_events(child.upid());  // what came before the forget
-  all_.clear();
   // Forgotten: its bit in zernel_follow is clear (no other followed process shares it here), so
   // its thread's state stays but no program looks at it: its next steps make no change.
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(child.send('G'));
-    ASSERT_EQ(child.expect(), 'd');
-  }
-  std::this_thread::sleep_for(20ms);
-  EXPECT_TRUE(main_thread_events(child.upid()).empty())
-      << describe(main_thread_events(child.upid()));
+  ASSERT_NO_FATAL_FAILURE(expect_quiet_steps(child));
   // Named again, it is followed again from its next step.
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
   ASSERT_TRUE(child.send('G'));
@@ -1378,28 +1384,17 @@ TEST_F(PhaseEvents, leaves_the_context_switch_to_a_scheduler_that_carries_the_ru
   Child child(burn_step_child);
   ASSERT_EQ(child.expect(), 'L');
   ASSERT_NO_FATAL_FAILURE(expect_followed_once_named(child));
-  auto quiet_steps = [&] {
-    (void)main_thread_events(child.upid());  // what came before
-    all_.clear();
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(child.send('G'));
-      ASSERT_EQ(child.expect(), 'd');
-    }
-    std::this_thread::sleep_for(20ms);
-    EXPECT_TRUE(main_thread_events(child.upid()).empty())
-        << describe(main_thread_events(child.upid()));
-  };
   probes_->set_switch_carried(true);
   probes_->settle();
   EXPECT_TRUE(probes_->switch_carried());
   EXPECT_TRUE(probes_->attached());  // thread exit stays attached
-  ASSERT_NO_FATAL_FAILURE(quiet_steps());
+  ASSERT_NO_FATAL_FAILURE(expect_quiet_steps(child));
   // Forgotten and named again (the every-task programs detached and attached anew): still quiet.
   probes_->forget(child.upid());
   probes_->settle();
   EXPECT_FALSE(probes_->attached());
   ASSERT_TRUE(probes_->set_phase_role(child.upid(), PhaseRole::rank).ok());
-  ASSERT_NO_FATAL_FAILURE(quiet_steps());
+  ASSERT_NO_FATAL_FAILURE(expect_quiet_steps(child));
   // Given back: the tracepoint runs the rules again from the next step.
   probes_->set_switch_carried(false);
   EXPECT_FALSE(probes_->switch_carried());
