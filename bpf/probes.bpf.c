@@ -106,7 +106,7 @@ int BPF_PROG(zernel_switch, bool preempt, struct task_struct *prev, struct task_
 	__u64 now = 0; /* the clock is read only when needed */
 
 	phase_switch_out(prev, sleeps, prev_state, &now);
-	phase_switch_in(next, true, &now);
+	(void)phase_switch_in(next, true, &now);
 	return 0;
 }
 

@@ -329,13 +329,14 @@ void BPF_STRUCT_OPS(zernel_dispatch, s32 cpu, struct task_struct *prev)
  */
 void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 {
-	struct zernel_phase_thread *st;
+	struct zernel_phase_thread *st = NULL;
 	struct task_ctx *tctx;
 	__u64 now = 0;
 
-	/* The probes' switch-in rules first, so that a change they make applies below. */
+	/* The probes' switch-in rules first, so that a change they make applies below; the state
+	 * they found is the one phase_state would look up. */
 	if (zernel_switch_rules)
-		phase_switch_in(p, false, &now);
+		st = phase_switch_in(p, false, &now);
 	if (!*running_slot(p))
 		return;
 	tctx = task_ctx_get(p);
@@ -344,7 +345,8 @@ void BPF_STRUCT_OPS(zernel_running, struct task_struct *p)
 	yield_unqueued(p, tctx);
 	if (!zernel_follow_phases || !tctx->weight || !tctx->followed)
 		return;
-	st = phase_state(p);
+	if (!st)
+		st = phase_state(p);
 	if (!st)
 		return;
 	phase_starts(p, tctx, st);

@@ -871,26 +871,29 @@ static __always_inline void phase_switch_out(struct task_struct *prev, bool slee
  * THE SWITCH RULES, as a followed thread gets its CPU (next). The tracepoint runs after the
  * scheduler picked and started the thread, so a change made here that the scheduler follows
  * kicks the CPU (`kick`) for the scheduler to apply it; the scheduler's ops.running calls this
- * before it applies the thread's phase, and passes false.
+ * before it applies the thread's phase, and passes false. Returns the thread's state when it has
+ * a role (what the scheduler's phase_state would look up again), else NULL.
  */
-static __always_inline void phase_switch_in(struct task_struct *next, bool kick, __u64 *now)
+static __always_inline struct zernel_phase_thread *phase_switch_in(struct task_struct *next,
+								   bool kick, __u64 *now)
 {
 	struct zernel_phase_thread *st;
 	__u64 since;
 
 	if (!zernel_phase_rules || !followed(next->tgid))
-		return;
+		return NULL;
 	st = phase_thread(next, false, now);
 	if (!st)
 		st = phase_first_sight(next, now);
 	if (!st)
-		return;
+		return NULL;
 	since = st->since_ns;
 	phase_woke(st, next, now);
 	if (kick && st->since_ns != since && st->sched_follows)
 		sched_kick(st);
 	if (zernel_sync_kick_on && st->sched_follows && st->role == ZERNEL_PHASE_ROLE_RANK)
 		sync_kick_ready();
+	return st->role ? st : NULL;
 }
 
 #endif /* ZERNEL_PROBES_RULES_BPF_H */

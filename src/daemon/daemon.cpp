@@ -120,14 +120,15 @@ void Daemon::tick(const Ticker& ticker, std::uint64_t n, const Cadence& cadence)
   const std::uint64_t now = ticker.deadline_ns();
   const std::uint64_t t0 = monotonic_ns();
   nvml_procs_fresh_ = false;
-  place_switch_rules();  // before any first follow, which attaches the tracepoint otherwise
   if (n % cadence.poll_every == 0) apply_pod_resources();
   follow_processes(now, n % cadence.poll_every == 0);
   sample_signals(now, n % cadence.publish_every == 0, n % cadence.poll_every == 0);
   backend_.maybe_restart(now);
   if (control_) control_->expire(monotonic_ns());
   decide(now);
-  place_switch_rules();  // a scheduler that apply() found ejected runs no rules any more
+  // After the tick's backend changes (maybe_restart, and apply() finding the scheduler ejected):
+  // the tracepoint runs the rules whenever the scheduler does not.
+  place_switch_rules();
   if (trace_) finish_trace();
   last_decision_ns_ = monotonic_ns() - t0;
   decision_latency_.observe(last_decision_ns_);
