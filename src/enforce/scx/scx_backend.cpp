@@ -13,9 +13,11 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "enforce/scx/skel_shim.h"
@@ -264,7 +266,16 @@ Result<std::unique_ptr<ScxBackend>> ScxBackend::create(const Options& options) {
   opts.shared_fds = shared_fds.data();
   opts.nr_shared = static_cast<std::uint32_t>(shared_names.size());
   opts.switch_rules = options.switch_rules ? 1U : 0U;
-  if (opts.switch_rules != 0 && !base_has_trace_helpers()) {
+  // Tests only: $ZERNEL_TEST_SCX_SKIP_HELPER_PROBE=1 asks for the rules without asking the kernel
+  // first, so that a kernel without the helpers (6.12) shows the reload without them below.
+  const char* skip_probe = std::getenv("ZERNEL_TEST_SCX_SKIP_HELPER_PROBE");
+  const bool probe = skip_probe == nullptr || std::string_view(skip_probe) != "1";
+  if (opts.switch_rules != 0 && !probe) {
+    spdlog::info(
+        "sched_ext: $ZERNEL_TEST_SCX_SKIP_HELPER_PROBE=1 (tests): the scheduler asks for the "
+        "context-switch rules without probing the kernel's helpers");
+  }
+  if (opts.switch_rules != 0 && probe && !base_has_trace_helpers()) {
     spdlog::info(
         "sched_ext: this kernel does not let the scheduler call bpf_task_pt_regs and "
         "bpf_find_vma (Linux 6.16 and later do): the probes' tracepoint sched_switch runs the "
