@@ -120,8 +120,8 @@ struct {
 } zernel_timers SEC(".maps");
 
 /*
- * A wakeup: the thread's phase (phase.bpf.h), its wakeup counted, its node joined and its lag
- * bounded (task_wakes, vtime.bpf.h); then an idle CPU, its preferred one first (cpu_choice.bpf.h),
+ * A wakeup: the thread's phase (phase.bpf.h), its wakeup counted and its node joined, its lag
+ * bound owed to the first comparison of its key (task_wakes, lag_settle, vtime.bpf.h); then an idle CPU, its preferred one first (cpu_choice.bpf.h),
  * straight into that CPU's local DSQ. Otherwise ops.enqueue queues it (or preempts).
  */
 s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
@@ -133,7 +133,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 	if (tctx) {
 		phase_follow(p, tctx, true, NULL);
-		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU, prev_cpu);
+		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
 		/* Over its cgroup's quota: ops.enqueue parks it. */
 		if (task_throttled(tctx))
 			return prev_cpu;
@@ -194,9 +194,10 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 		stat_inc(ZERNEL_STAT_REENQ);
 	counted = tctx->wakeup_counted;
 	if ((enq_flags & SCX_ENQ_WAKEUP) && !counted)
-		share = task_wakes(p, tctx, true, scx_bpf_task_cpu(p)); /* no ops.select_cpu */
+		share = joined_share(tctx, task_wakes(p, tctx, true)); /* no ops.select_cpu */
 	else
 		share = joined_share(tctx, task_account(p, tctx));
+	lag_settle(tctx, share, llc);
 	key = tctx->pub.vtime + vtime_for(task_request(tctx), share);
 	/*
 	 * Read only while it heads its LLC's queue (OWED, yield.bpf.h), where it comes below or,

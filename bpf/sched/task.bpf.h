@@ -68,6 +68,8 @@ struct task_ctx {
 	u8 queued_woken;    /* 1: ops.enqueue put it in its LLC's queue at a wakeup (it slept),
 			     * not back at the end of a run: it may end a running task's slice
 			     * for its earlier key (OWED, yield.bpf.h) */
+	u8 lag_due;	    /* 1: it woke and its key has not been compared since: the lag bound
+			     * applies at the first comparison (lag_settle, vtime.bpf.h) */
 	u64 seen_since_ns;  /* ns: the probes' since_ns of the last phase change the scheduler
 			     * has seen (phase_change_unseen, phase.bpf.h) */
 	u64 charged_sum_ns; /* ns: p->se.sum_exec_runtime when its run time was last charged (or

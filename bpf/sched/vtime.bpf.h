@@ -43,7 +43,7 @@
  * every queued one, and a 100 ms heartbeat beside stress-ng waited 1.03 s at worst (p90 370 ms;
  * EEVDF 11 ms and 1.9 ms; vm.kubelet_stress, docs/benchmarks.md). With several LLCs each
  * front also follows the others' when they are ahead (llc.bpf.h), so the fronts are about one.
- * Every wakeup bounds the thread's key, by the front of its CPU's LLC, to
+ * Every wakeup bounds the thread's key, by the front of its LLC, to
  *
  *	vtime_now - credit  <=  key  <=  vtime_now + lead
  *
@@ -54,9 +54,13 @@
  * two slices ahead of newcomers, which start at vtime_now (ops.enable). A thread that never
  * sleeps is kept near vtime_now by keep_prev while it runs alone, and by the queue order once it
  * competes. So a job that trained alone for an hour competes fairly from the first slice after
- * neighbours arrive. The bound is not applied when a runnable thread is put back: vtime_now can
- * run ahead of a group's keys (a CPU that cannot run the head of the queue takes a later task,
- * whose key then sets vtime_now), and lifting the group's keys there would shift shares.
+ * neighbours arrive. The bound a wakeup owes is applied where the key is first compared with
+ * others' (lag_settle): in ops.enqueue when the thread is queued at its wakeup; when ops.select_cpu
+ * gave it an idle CPU, at its put-back, its slice's end or an owed cut, to the vtime charged up to
+ * then; never, when it sleeps again first (the pipe's ping-pong: no share computed, no bound, for a
+ * key nobody compares). Otherwise the bound is not applied when a runnable thread is put back:
+ * vtime_now can run ahead of a group's keys (a CPU that cannot run the head of the queue takes a
+ * later task, whose key then sets vtime_now), and lifting the group's keys there would shift shares.
  * keep_prev has a bound of its own, on credit against a pinned rival (dispatch.bpf.h).
  *
  * Worked example: a thread of share 0.25 (a quarter of the machine) sleeps 10 s while the others
@@ -97,12 +101,6 @@ enum {
 static __always_inline u64 *front_of(u32 llc)
 {
 	return &llc_state(llc)->vtime_now;
-}
-
-/* The front of the queue a CPU serves. */
-static __always_inline u64 *cpu_front(s32 cpu)
-{
-	return front_of(llc_of(cpu));
 }
 
 /* The front moves forward only (LAG). Racy, as in scx_simple: a lost update lowers it a moment. */
@@ -166,23 +164,37 @@ static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share, u64 v)
 }
 
 /*
- * A waking thread: counts the wakeup, joins its node's runnable weight and bounds its lag against
- * the front of the queue of cpu's LLC (its previous CPU's in ops.select_cpu: the fronts of the
- * LLCs stay within about a slice of each other, llc.bpf.h). Called from ops.select_cpu and, for
- * wakeups that skip it (one allowed CPU, migration disabled), from ops.enqueue: the work of
- * ops.runnable, without the cost of a separate callback on every wakeup.
+ * A waking thread: counts the wakeup, joins its node's runnable weight, and owes the lag bound
+ * (lag_settle). Called from ops.select_cpu and, for wakeups that skip it (one allowed CPU,
+ * migration disabled), from ops.enqueue: the work of ops.runnable, without the cost of a separate
+ * callback on every wakeup. Returns the node it joined (task_account).
  */
-static __always_inline u64 task_wakes(struct task_struct *p, struct task_ctx *tctx, bool ttwu,
-				      s32 cpu)
+static __always_inline struct znode *task_wakes(struct task_struct *p, struct task_ctx *tctx,
+						bool ttwu)
 {
-	u64 share;
-
 	if (ttwu) /* not a new task's first placement (SCX_WAKE_FORK) */
 		tctx->pub.wakeups++;
 	tctx->wakeup_counted = 1;
-	share = joined_share(tctx, task_account(p, tctx));
-	clamp_lag(tctx, share, *cpu_front(cpu));
-	return share;
+	tctx->lag_due = 1;
+	return task_account(p, tctx);
+}
+
+/*
+ * The lag bound a wakeup owes (LAG above), applied where the thread's key is first compared with
+ * others' after the wakeup, against the front of the LLC it is compared in, to the vtime charged
+ * up to then: ops.enqueue (queued at the wakeup, or put back after a run that ops.select_cpu gave
+ * an idle CPU), keep_prev (its slice ended, ops.dispatch) and the owed cut (ops.tick). A thread
+ * that ops.select_cpu puts on an idle CPU and that goes back to sleep after its run (most wakeups
+ * of a pipe's ping-pong) is never compared, and pays no share and no bound: the bound holds
+ * wherever a key is compared, which is what it is for. The front there is the one of the moment
+ * of the comparison rather than of the wakeup: at most the thread's run later.
+ */
+static __always_inline void lag_settle(struct task_ctx *tctx, u64 share, u32 llc)
+{
+	if (!tctx->lag_due)
+		return;
+	tctx->lag_due = 0;
+	clamp_lag(tctx, share, *front_of(llc));
 }
 
 /*
