@@ -133,7 +133,7 @@ s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 w
 
 	if (tctx) {
 		phase_follow(p, tctx, true, NULL);
-		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU);
+		task_wakes(p, tctx, wake_flags & SCX_WAKE_TTWU, prev_cpu);
 		/* Over its cgroup's quota: ops.enqueue parks it. */
 		if (task_throttled(tctx))
 			return prev_cpu;
@@ -193,11 +193,12 @@ void BPF_STRUCT_OPS(zernel_enqueue, struct task_struct *p, u64 enq_flags)
 	if (enq_flags & SCX_ENQ_REENQ)
 		stat_inc(ZERNEL_STAT_REENQ);
 	counted = tctx->wakeup_counted;
+	/* A wakeup that skipped ops.select_cpu is counted here. */
 	if ((enq_flags & SCX_ENQ_WAKEUP) && !counted)
-		share = joined_share(tctx, task_wakes(p, tctx, true)); /* no ops.select_cpu */
+		share = joined_share(tctx, task_wakes(p, tctx, true, scx_bpf_task_cpu(p)));
 	else
 		share = joined_share(tctx, task_account(p, tctx));
-	lag_settle(tctx, share, llc);
+	lag_settle(tctx, share);
 	key = tctx->pub.vtime + vtime_for(task_request(tctx), share);
 	/*
 	 * Read only while it heads its LLC's queue (OWED, yield.bpf.h), where it comes below or,

@@ -113,7 +113,7 @@ static bool keep_prev(struct task_struct *prev, s32 cpu, u32 llc, u32 other)
 		return true;
 	}
 	share = task_share(prev, tctx);
-	lag_settle(tctx, share, llc);
+	lag_settle(tctx, share);
 	req = vtime_for(task_request(tctx), share);
 	key = tctx->pub.vtime + req;
 	head = key; /* an empty queue sets no head: the front follows prev */

@@ -69,11 +69,14 @@ struct task_ctx {
 			     * not back at the end of a run: it may end a running task's slice
 			     * for its earlier key (OWED, yield.bpf.h) */
 	u8 lag_due;	    /* 1: it woke and its key has not been compared since: the lag bound
-			     * applies at the first comparison (lag_settle, vtime.bpf.h) */
+			     * applies at the first comparison (lag_settle, vtime.bpf.h), with
+			     * wake_front and wake_vtime */
 	u64 seen_since_ns;  /* ns: the probes' since_ns of the last phase change the scheduler
 			     * has seen (phase_change_unseen, phase.bpf.h) */
 	u64 charged_sum_ns; /* ns: p->se.sum_exec_runtime when its run time was last charged (or
 			     * it was enabled): it grows only while the thread runs */
+	u64 wake_front;	    /* the front of its LLC's queue at its last wakeup (task_wakes) */
+	u64 wake_vtime;	    /* its vtime at its last wakeup (task_wakes) */
 };
 
 struct {

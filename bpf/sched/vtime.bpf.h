@@ -54,13 +54,19 @@
  * two slices ahead of newcomers, which start at vtime_now (ops.enable). A thread that never
  * sleeps is kept near vtime_now by keep_prev while it runs alone, and by the queue order once it
  * competes. So a job that trained alone for an hour competes fairly from the first slice after
- * neighbours arrive. The bound a wakeup owes is applied where the key is first compared with
- * others' (lag_settle): in ops.enqueue when the thread is queued at its wakeup; when ops.select_cpu
- * gave it an idle CPU, at its put-back, its slice's end or an owed cut, to the vtime charged up to
- * then; never, when it sleeps again first (the pipe's ping-pong: no share computed, no bound, for a
- * key nobody compares). Otherwise the bound is not applied when a runnable thread is put back:
- * vtime_now can run ahead of a group's keys (a CPU that cannot run the head of the queue takes a
- * later task, whose key then sets vtime_now), and lifting the group's keys there would shift shares.
+ * neighbours arrive. The bound is not applied when a runnable thread is put back: vtime_now can
+ * run ahead of a group's keys (a CPU that cannot run the head of the queue takes a later task,
+ * whose key then sets vtime_now), and lifting the group's keys there would shift shares.
+ *
+ * Where the bound is computed: a wakeup notes the front and the thread's vtime (task_wakes), and
+ * the bound is worked out where the key is first compared with others' (lag_settle): in ops.enqueue
+ * when the thread is queued at its wakeup; when ops.select_cpu gave it an idle CPU, at its put-back,
+ * its slice's end (keep_prev) or an owed cut; never, when it sleeps again first (a pipe's
+ * ping-pong: no share computed and no bound for a key nobody compares). Worked out later, it moves
+ * the vtime by what it would have moved it at the wakeup (with the share and request of the
+ * moment), the run since charged on top: bounding against the front of the later moment instead
+ * cost the protection benchmark's job 2 % of its steps (a worker woken on an idle CPU and then
+ * preempted was lifted behind the hogs: the shift of shares above).
  * keep_prev has a bound of its own, on credit against a pinned rival (dispatch.bpf.h).
  *
  * Worked example: a thread of share 0.25 (a quarter of the machine) sleeps 10 s while the others
@@ -137,7 +143,7 @@ static __always_inline u64 task_request(const struct task_ctx *tctx)
 }
 
 /*
- * Lag bound, on queue keys (vtime + request), at every wakeup: a thread's key is put within one
+ * Lag bound, on queue keys (vtime + request), for a wakeup: a thread's key is put within one
  * default slice of its own service below vtime_now (the credit of a sleeper) and two of its own
  * slices above it (the lead of a thread that ran alone, on an idle CPU, or was rescued: one
  * slice is what any thread leads by after a slice taken from the head of the queue, the second
@@ -145,56 +151,63 @@ static __always_inline u64 task_request(const struct task_ctx *tctx)
  * contention keys stay near the front by themselves, and vtime_now, the largest key a CPU took
  * in order, can run ahead of a group's keys (a CPU that cannot run the head takes a later task),
  * so a bound there would shift shares. See LAG above.
+ *
+ * front and vtime are the front and the thread's vtime at its wakeup (task_wakes), so that a
+ * bound applied later (lag_settle) moves the vtime by what it would have at the wakeup, the run
+ * charged since kept; share and request are those of the moment it is applied.
  */
-static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share, u64 v)
+static __always_inline void clamp_lag(struct task_ctx *tctx, u64 share, u64 front, u64 vtime)
 {
 	/* One division for the request where it is the slice, the credit's where that is the default. */
 	u64 slice = vtime_for(tctx->slice_ns, share), r = task_request(tctx);
 	u64 req = r == tctx->slice_ns ? slice : vtime_for(r, share);
 	u64 credit = tctx->slice_ns == SLICE_DFL_NS ? slice : vtime_for(SLICE_DFL_NS, share);
-	u64 lo = v - credit, hi = v + 2 * slice;
-	u64 key = tctx->pub.vtime + req;
+	u64 lo = front - credit, hi = front + 2 * slice;
+	u64 key = vtime + req;
 
 	if (time_before(key, lo)) {
-		tctx->pub.vtime = lo - req;
+		tctx->pub.vtime += lo - key;
 	} else if (time_after(key, hi)) {
-		tctx->pub.vtime = hi - req;
+		tctx->pub.vtime -= key - hi;
 		stat_inc(ZERNEL_STAT_LAG_CLAMP);
 	}
 }
 
 /*
- * A waking thread: counts the wakeup, joins its node's runnable weight, and owes the lag bound
- * (lag_settle). Called from ops.select_cpu and, for wakeups that skip it (one allowed CPU,
- * migration disabled), from ops.enqueue: the work of ops.runnable, without the cost of a separate
- * callback on every wakeup. Returns the node it joined (task_account).
+ * A waking thread: counts the wakeup, joins its node's runnable weight, and notes the front of
+ * the queue of cpu's LLC (its previous CPU's in ops.select_cpu: the fronts of the LLCs stay within
+ * about a slice of each other, llc.bpf.h) and its vtime, for the lag bound it owes (lag_settle).
+ * Called from ops.select_cpu and, for wakeups that skip it (one allowed CPU, migration disabled),
+ * from ops.enqueue: the work of ops.runnable, without the cost of a separate callback on every
+ * wakeup. Returns the node it joined (task_account).
  */
 static __always_inline struct znode *task_wakes(struct task_struct *p, struct task_ctx *tctx,
-						bool ttwu)
+						bool ttwu, s32 cpu)
 {
 	if (ttwu) /* not a new task's first placement (SCX_WAKE_FORK) */
 		tctx->pub.wakeups++;
 	tctx->wakeup_counted = 1;
 	tctx->lag_due = 1;
+	tctx->wake_front = *front_of(llc_of(cpu));
+	tctx->wake_vtime = tctx->pub.vtime;
 	return task_account(p, tctx);
 }
 
 /*
  * The lag bound a wakeup owes (LAG above), applied where the thread's key is first compared with
- * others' after the wakeup, against the front of the LLC it is compared in, to the vtime charged
- * up to then: ops.enqueue (queued at the wakeup, or put back after a run that ops.select_cpu gave
- * an idle CPU), keep_prev (its slice ended, ops.dispatch) and the owed cut (ops.tick). A thread
- * that ops.select_cpu puts on an idle CPU and that goes back to sleep after its run (most wakeups
- * of a pipe's ping-pong) is never compared, and pays no share and no bound: the bound holds
- * wherever a key is compared, which is what it is for. The front there is the one of the moment
- * of the comparison rather than of the wakeup: at most the thread's run later.
+ * others' after the wakeup: ops.enqueue (queued at the wakeup, or put back after a run that
+ * ops.select_cpu gave an idle CPU), keep_prev (its slice ended, ops.dispatch) and the owed cut
+ * (ops.tick). It moves the vtime as the bound at the wakeup would have (clamp_lag: the front and
+ * vtime of the wakeup). A thread that ops.select_cpu puts on an idle CPU and that goes back to
+ * sleep after its run (most wakeups of a pipe's ping-pong) is never compared, and pays no share
+ * and no bound.
  */
-static __always_inline void lag_settle(struct task_ctx *tctx, u64 share, u32 llc)
+static __always_inline void lag_settle(struct task_ctx *tctx, u64 share)
 {
 	if (!tctx->lag_due)
 		return;
 	tctx->lag_due = 0;
-	clamp_lag(tctx, share, *front_of(llc));
+	clamp_lag(tctx, share, tctx->wake_front, tctx->wake_vtime);
 }
 
 /*

@@ -135,7 +135,7 @@ static __always_inline bool owed_cut_due(struct task_struct *p, struct task_ctx 
 	charge_run(p, tctx, share);
 	if (tctx->pub.burst_ns < OWED_HOG_NS && tctx->pub.avg_burst_ns < OWED_HOG_NS)
 		return false;
-	lag_settle(tctx, share, task_llc(p));
+	lag_settle(tctx, share);
 	return time_before(head->scx.dsq_vtime,
 			   tctx->pub.vtime + vtime_for(task_request(tctx), share));
 }
