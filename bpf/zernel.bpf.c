@@ -121,8 +121,9 @@ struct {
 
 /*
  * A wakeup: the thread's phase (phase.bpf.h), its wakeup counted and its node joined, its lag
- * bound owed to the first comparison of its key (task_wakes, lag_settle, vtime.bpf.h); then an idle CPU, its preferred one first (cpu_choice.bpf.h),
- * straight into that CPU's local DSQ. Otherwise ops.enqueue queues it (or preempts).
+ * bound owed to the first comparison of its key (task_wakes, lag_settle, vtime.bpf.h); then an
+ * idle CPU, its preferred one first (cpu_choice.bpf.h), straight into that CPU's local DSQ.
+ * Otherwise ops.enqueue queues it (or preempts).
  */
 s32 BPF_STRUCT_OPS(zernel_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
 {

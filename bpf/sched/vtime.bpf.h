@@ -64,9 +64,9 @@
  * its slice's end (keep_prev) or an owed cut; never, when it sleeps again first (a pipe's
  * ping-pong: no share computed and no bound for a key nobody compares). Worked out later, it moves
  * the vtime by what it would have moved it at the wakeup (with the share and request of the
- * moment), the run since charged on top: bounding against the front of the later moment instead
- * cost the protection benchmark's job 2 % of its steps (a worker woken on an idle CPU and then
- * preempted was lifted behind the hogs: the shift of shares above).
+ * moment), the run since charged on top. Bounding against the front of the later moment instead
+ * would bound a put-back thread (one woken on an idle CPU, then preempted) against a front that
+ * moved on meanwhile: the shift of shares above.
  * keep_prev has a bound of its own, on credit against a pinned rival (dispatch.bpf.h).
  *
  * Worked example: a thread of share 0.25 (a quarter of the machine) sleeps 10 s while the others

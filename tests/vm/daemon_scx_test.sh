@@ -3,8 +3,8 @@
 # scheduler (state enabled, root/ops zernel), which carries the probes' context-switch rules
 # (/metrics) on Linux 6.16 and later, and leaves them to the probes' tracepoint before (a second
 # daemon that skips the loader's probe of the kernel shows the load refused with them and done
-# again without them; run on 6.12 by hand: docs/sched-ext.md); when an administrator ends it (sysrq-S) the daemon reports the exit, keeps running
-# in observe mode with the rules back in the probes' tracepoint and does not reload it (the exit
+# again without them; run on 6.12 by hand: docs/sched-ext.md); when an administrator ends it
+# (sysrq-S) the daemon reports the exit, keeps running in observe mode with the rules back in the probes' tracepoint and does not reload it (the exit
 # does not ask for a restart); a second daemon reattaches, and kill -9 of it returns the machine to the
 # default scheduler within 2 s with every task still running. Then the fallback (issue 24): a
 # scheduler that ends itself soon after every load ($ZERNEL_TEST_SCX_INJECT_ERROR_MS) is reloaded
