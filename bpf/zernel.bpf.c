@@ -476,6 +476,8 @@ void BPF_STRUCT_OPS(zernel_enable, struct task_struct *p)
 	/* Run time before (under another class) is not ours to charge. */
 	tctx->charged_sum_ns = p->se.sum_exec_runtime;
 	tctx->wakeup_counted = 0;
+	/* A bound owed from before it left (lag_settle) would move the new vtime by the old one's. */
+	tctx->lag_due = 0;
 }
 
 void BPF_STRUCT_OPS(zernel_disable, struct task_struct *p)
