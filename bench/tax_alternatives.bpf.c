@@ -10,6 +10,9 @@
  *   5 BTF tracepoint sched_switch with the probes' first test: prev's and next's tgid in a
  *     bitmap in .bss (as zernel_follow of bpf/probes/rules.bpf.h; nothing set here), where zernel_switch
  *     leaves for every task nobody follows: against 3, the probes' own work for such a task
+ *   6 a perf_event program on one process's own software context-switch events (attached by
+ *     bench/switch_event.cpp to a sleeping process): what every other task pays at its switches
+ *     for the perf hooks that such a per-thread event switches on, with no program on them
  */
 #include <vmlinux.h> // first: the kernel's types, which libbpf's headers use
 
@@ -38,6 +41,12 @@ int BPF_PROG(zernel_alt, bool preempt, struct task_struct *prev, struct task_str
 		return 1;
 	return alt_followed(next->tgid) ? 2 : 0;
 }
+#elif ZERNEL_ALT == 6
+SEC("perf_event")
+int zernel_alt(void *ctx)
+{
+	return 0;
+}
 #else
 #if ZERNEL_ALT == 1
 SEC("tracepoint/syscalls/sys_enter_futex")
@@ -48,7 +57,7 @@ SEC("tp_btf/sched_switch")
 #elif ZERNEL_ALT == 4
 SEC("fentry/futex_wait")
 #else
-#error "ZERNEL_ALT must be 1..5"
+#error "ZERNEL_ALT must be 1..6"
 #endif
 int zernel_alt(void *ctx)
 {
