@@ -224,6 +224,10 @@ enum zernel_phase_cause {
 					     learned length of the driver's optimizer step:
 					     GpuCompute from where that step ended (the batch was
 					     ready: the forward pass ran unseen) */
+	ZERNEL_CAUSE_BATCH_TAKEN = 14,	  /* a DataLoader worker of the driver woke from its idle
+					     sleep while the driver was in OptimizerStep: the
+					     driver took a ready batch and sent the worker its next
+					     index (BATCH TAKEN): GpuCompute */
 };
 
 /* Per tracked process. */

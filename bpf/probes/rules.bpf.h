@@ -131,6 +131,8 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *                                          are not probed, docs/probes.md "Kernel launches")
  *     OptimizerStep for more than zernel_optimizer_max_ns of CPU since it began or since its
  *     last (short) sync, seen when it leaves a CPU -> Unknown
+ *     a DataLoader worker it forked wakes from an idle sleep while it is in OptimizerStep,
+ *     outside a sync and an NCCL wait -> GpuCompute (it took a ready batch: BATCH TAKEN below)
  *     enters a sync in OptimizerStep more than 1.5 times its learned optimizer length (+2 ms)
  *     after the step began   -> GpuCompute from where the step ended (OPTIMIZER LENGTH below)
  *     slept in a futex wait (outside a GPU sync and an NCCL wait) for zernel_batch_wait_ns or
@@ -142,7 +144,9 @@ static __always_inline void proc_leave(struct zernel_probe_proc *p)
  *   worker (a DataLoader worker), every thread:
  *     runs, or sleeps uninterruptibly (block I/O)        -> DataLoading (producing a batch)
  *     slept interruptibly for zernel_idle_hyst_ns or more -> Unknown from when it fell asleep,
- *                                          committed when it wakes (then DataLoading again)
+ *                                          committed when it wakes (then DataLoading again;
+ *                                          its main thread's wake may end its driver's
+ *                                          OptimizerStep: BATCH TAKEN)
  *   a thread already asleep when its process was named: at its first switch-in, the rules above
  *   as if its sleep had begun at the naming (FIRST SIGHT, below)
  *
@@ -539,6 +543,44 @@ static __always_inline void count_futex_wait(struct task_struct *task, __u64 *no
 }
 
 /*
+ * BATCH TAKEN. A DataLoader whose batches are ready when the driver asks for one (its workers
+ * keep up, so each has done its share and sleeps on its index queue) hands the driver a batch
+ * without any event the probes see (OPTIMIZER LENGTH above); but the same next() sends a worker
+ * the index of a later batch (a write to that worker's index pipe, through the queue's feeder
+ * thread), and that worker, idle until then, wakes. So a worker's main thread that wakes from an
+ * idle sleep (past zernel_idle_hyst_ns) while the rank thread that forked it, its driver, is in
+ * OptimizerStep outside a sync and an NCCL wait means the driver has taken its batch: GpuCompute
+ * from that wake (a few milliseconds before or after next() returns: the index is sent just
+ * before it returns, and the feeder waits for the GIL). The optimizer step's length is learned
+ * there too, as from a wait for data. A worker that is the bottleneck does not sleep between its
+ * batches, and its driver waits for data instead (the rules above): nothing changes there.
+ * Known weaknesses: the fork's parent is taken as the driver (a DataLoader iterated in another
+ * thread than the one that forked its workers is not seen); a worker's periodic wake from its
+ * index queue's timeout (5 s in PyTorch) during an optimizer step ends that step early; the
+ * change is made on the worker's CPU, so a scheduler that follows the driver applies it at the
+ * driver's next tick or switch, not at once; and the driver's own rules may run on its CPU at the
+ * same moment (a sync's entry): phase_set commits one phase at a time, so the worst case is a
+ * second event of the same phase or a time off by that overlap.
+ */
+static __always_inline void batch_taken(struct task_struct *worker, __u64 now)
+{
+	struct task_struct *rank;
+	struct zernel_phase_thread *rs;
+
+	if (worker->pid != worker->tgid) /* the worker's loop runs in its main thread */
+		return;
+	rank = worker->real_parent;
+	if (!rank)
+		return;
+	rs = bpf_task_storage_get(&zernel_phase_threads, rank, 0, 0);
+	if (!rs || rs->role != ZERNEL_PHASE_ROLE_RANK ||
+	    rs->phase != ZERNEL_PROBE_PHASE_OPTIMIZER_STEP || rs->depth || rs->nccl_wait)
+		return;
+	opt_learn(rs, now);
+	phase_set(rs, rank, ZERNEL_PROBE_PHASE_GPU_COMPUTE, ZERNEL_CAUSE_BATCH_TAKEN, now);
+}
+
+/*
  * A followed thread is back on a CPU after the sleep its switch-out recorded (the flags below):
  * the call it slept in returned. Run at its switch-in, or, when the kernel switched it in without
  * the tracepoint (seen on Linux 6.18: a thread woken and running with no sched_switch naming it
@@ -589,6 +631,7 @@ static __always_inline void phase_woke(struct zernel_phase_thread *st, struct ta
 				  st->sleep_ns);
 			phase_set(st, task, ZERNEL_PROBE_PHASE_DATA_LOADING,
 				  ZERNEL_CAUSE_WORKER_RUN, *now);
+			batch_taken(task, *now);
 		}
 		st->sleep_ns = 0;
 	}

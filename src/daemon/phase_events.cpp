@@ -51,6 +51,8 @@ std::string_view cause_name(std::uint8_t cause) {
       return "batch_wait";
     case collect::PhaseCause::optimizer_end:
       return "optimizer_end";
+    case collect::PhaseCause::batch_taken:
+      return "batch_taken";
   }
   return "event";
 }

@@ -123,6 +123,7 @@ static_assert(static_cast<int>(PhaseCause::data_arrived) == ZERNEL_CAUSE_DATA_AR
 static_assert(static_cast<int>(PhaseCause::not_driver) == ZERNEL_CAUSE_NOT_DRIVER);
 static_assert(static_cast<int>(PhaseCause::batch_wait) == ZERNEL_CAUSE_BATCH_WAIT);
 static_assert(static_cast<int>(PhaseCause::optimizer_end) == ZERNEL_CAUSE_OPTIMIZER_END);
+static_assert(static_cast<int>(PhaseCause::batch_taken) == ZERNEL_CAUSE_BATCH_TAKEN);
 static_assert(static_cast<int>(PhaseRole::rank) == ZERNEL_PHASE_ROLE_RANK);
 static_assert(ZERNEL_PROBE_PHASE_DATA_LOADING == 0 && ZERNEL_PROBE_PHASE_GPU_COMPUTE == 1 &&
                   ZERNEL_PROBE_PHASE_NCCL_COLLECTIVE == 2 &&

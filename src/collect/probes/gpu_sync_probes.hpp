@@ -119,6 +119,7 @@ enum class PhaseCause : std::uint8_t {
   not_driver = 11,      // a rank's main thread, no longer its driver (another synced): Unknown
   batch_wait = 12,      // a long futex wait after the optimizer step: DataLoading (backdated)
   optimizer_end = 13,   // a sync long after the learned optimizer length: GpuCompute (backdated)
+  batch_taken = 14,     // a worker of the driver woke from idle in OptimizerStep: GpuCompute
 };
 
 // One phase change of one thread, as the BPF side made it. `phase` is policy::Phase's value

@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -1304,6 +1305,81 @@ TEST_F(PhaseEvents, a_sync_long_after_the_learned_optimizer_length_ends_the_step
   const std::uint64_t opt_ns = seq[2].t_ns - seq[1].t_ns;
   EXPECT_EQ(seq[5].t_ns - seq[4].t_ns, opt_ns / 1000 * 1000) << describe(seq);
   EXPECT_GE(seq[6].t_ns - seq[5].t_ns, 30 * kMs) << describe(seq);
+}
+
+// A driver whose DataLoader keeps up: its batch is ready when it asks, and taking it sends an
+// idle worker (a process it forked, asleep on its index pipe) the next index, which wakes it.
+// That wake, while the driver is in OptimizerStep, is where the forward pass begins: GpuCompute
+// (batch_taken), not OptimizerStep until the sync. A worker woken while the driver is in
+// GpuCompute (its forward pass) changes nothing of the driver's.
+int batch_taken_child(int cmd, int rep) {
+  const FakeCudaStream gpu;
+  if (!gpu.ok()) return Child::reply(rep, 'F'), 1;
+  int index[2];
+  if (pipe(index) != 0) return Child::reply(rep, 'F'), 1;
+  const pid_t worker = fork();
+  if (worker < 0) return Child::reply(rep, 'F'), 1;
+  if (worker == 0) {  // the worker: idle in read() on its index pipe; 2 ms of work an index
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    close(cmd);
+    close(rep);
+    close(index[1]);
+    char c = 0;
+    while (read(index[0], &c, 1) == 1) burn_cpu(2 * kMs);
+    _exit(0);
+  }
+  close(index[0]);
+  Child::reply(rep, 'L');
+  if (Child::next(cmd) != 'G') return 1;
+  if (!gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;  // GpuCompute, then OptimizerStep
+  burn_cpu(3 * kMs);                                         // the optimizer step
+  const bool sent = write(index[1], "i", 1) == 1;   // next(): the batch was ready; the next index
+  burn_cpu(15 * kMs);                               // the forward pass, GpuCompute
+  const bool again = write(index[1], "i", 1) == 1;  // a worker woken in GpuCompute: nothing
+  burn_cpu(15 * kMs);
+  if (!sent || !again || !gpu.work(5 * kMs)) return Child::reply(rep, 'F'), 1;
+  Child::reply(rep, 'D');
+  Child::next(cmd);  // blocks in read(): a data wait
+  return 0;
+}
+
+TEST_F(PhaseEvents, an_idle_worker_woken_in_the_optimizer_step_starts_the_forward_pass) {
+  Child child(batch_taken_child);
+  for (int i = 0; i < 1000 && !child.reply_ready(); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(child.reply_ready());  // 'L', left for run_rank_step: the worker is forked
+  // The worker, named as such while it idles: its first wake is seen as the end of an idle sleep
+  // begun at the naming (FIRST SIGHT), 20 ms and more before the rank writes its index.
+  std::uint32_t worker = 0;
+  for (int i = 0; i < 100 && worker == 0; ++i) {
+    FILE* f = std::fopen(("/proc/" + std::to_string(child.pid()) + "/task/" +
+                          std::to_string(child.pid()) + "/children")
+                             .c_str(),
+                         "r");
+    if (f != nullptr) {
+      if (std::fscanf(f, "%u", &worker) != 1) worker = 0;
+      std::fclose(f);
+    }
+    if (worker == 0) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_NE(worker, 0U);
+  ASSERT_TRUE(wait_asleep(static_cast<pid_t>(worker)));
+  ASSERT_TRUE(probes_->set_phase_role(worker, PhaseRole::worker).ok());
+  std::this_thread::sleep_for(20ms);
+  std::vector<PhaseEvent> seq;
+  ASSERT_NO_FATAL_FAILURE(run_rank_step(child, seq));
+  ASSERT_NO_FATAL_FAILURE(expect_sequence(seq, {{kGpu, cause(PhaseCause::data_arrived)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kGpu, cause(PhaseCause::batch_taken)},
+                                                {kOpt, cause(PhaseCause::sync_return)},
+                                                {kData, cause(PhaseCause::data_wait)}}));
+  // GpuCompute from the worker's wake: the 30 ms forward pass and the 5 ms sync after it.
+  EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 30 * kMs) << describe(seq);
+  // The worker woke twice from its idle sleeps: Unknown, then DataLoading, each time.
+  std::size_t wakes = 0;
+  for (const PhaseEvent& e : all_) {
+    if (e.tgid == worker && e.phase == kData && e.cause == cause(PhaseCause::worker_run)) ++wakes;
+  }
+  EXPECT_EQ(wakes, 2U) << describe(all_);
 }
 
 // A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
