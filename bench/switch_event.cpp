@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
     if (e->d_name[0] == '.') continue;
     const int tid = std::atoi(e->d_name);
     const int fd = open_switch_event(tid);
+    if (fd < 0 && errno == ESRCH) continue;  // the thread exited since the listing
     if (fd < 0) {
       std::fprintf(stderr, "switch_event: perf_event_open for %d: %s\n", tid, std::strerror(errno));
       return 1;

@@ -58,7 +58,7 @@ for rep in $(seq "$reps"); do
     if [[ $n -eq 6 ]]; then
       coproc holder { "$switch_event" "$tmp/alt6.o" "$sleeper" 2> "$tmp/load6.log"; }
       if ! read -r -u "${holder[0]}" ready || [[ $ready != ready* ]]; then
-        echo "{\"hook\": \"${names[$n]}\", \"rep\": $rep, \"refused\": \"$(tail -1 "$tmp/load6.log")\"}"
+        echo "{\"hook\": \"${names[$n]}\", \"rep\": $rep, \"refused\": \"$(tail -1 "$tmp/load6.log" | tr -d '"\\')\"}"
         continue
       fi
     elif [[ $n -gt 0 ]]; then

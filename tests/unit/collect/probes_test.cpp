@@ -1374,12 +1374,15 @@ TEST_F(PhaseEvents, an_idle_worker_woken_in_the_optimizer_step_starts_the_forwar
                                                 {kData, cause(PhaseCause::data_wait)}}));
   // GpuCompute from the worker's wake: the 30 ms forward pass and the 5 ms sync after it.
   EXPECT_GE(seq[3].t_ns - seq[2].t_ns, 30 * kMs) << describe(seq);
-  // The worker woke twice from its idle sleeps: Unknown, then DataLoading, each time.
+  // The worker woke from its idle sleep (Unknown, then DataLoading), and in a quiet run from a
+  // second one during the forward pass (a busy machine may hold its 2 ms of work off its CPU
+  // until the second index is there, and then it never idled): no change of the driver's.
   std::size_t wakes = 0;
   for (const PhaseEvent& e : all_) {
     if (e.tgid == worker && e.phase == kData && e.cause == cause(PhaseCause::worker_run)) ++wakes;
   }
-  EXPECT_EQ(wakes, 2U) << describe(all_);
+  EXPECT_GE(wakes, 1U) << describe(all_);
+  EXPECT_LE(wakes, 2U) << describe(all_);
 }
 
 // A DataLoader worker: producing while it runs, idle (from when it fell asleep) once a sleep
