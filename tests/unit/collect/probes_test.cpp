@@ -41,6 +41,7 @@
 
 #include "collect/probes/cuda_library.hpp"
 #include "collect/probes/gpu_sync_probes.hpp"
+#include "collect/wait_state.hpp"
 #include "common/clock.hpp"
 #include "support/emulated_gpu.hpp"
 #include "support/proc_stat.hpp"
@@ -1349,19 +1350,13 @@ TEST_F(PhaseEvents, an_idle_worker_woken_in_the_optimizer_step_starts_the_forwar
   ASSERT_TRUE(child.reply_ready());  // 'L', left for run_rank_step: the worker is forked
   // The worker, named as such while it idles: its first wake is seen as the end of an idle sleep
   // begun at the naming (FIRST SIGHT), 20 ms and more before the rank writes its index.
-  std::uint32_t worker = 0;
-  for (int i = 0; i < 100 && worker == 0; ++i) {
-    FILE* f = std::fopen(("/proc/" + std::to_string(child.pid()) + "/task/" +
-                          std::to_string(child.pid()) + "/children")
-                             .c_str(),
-                         "r");
-    if (f != nullptr) {
-      if (std::fscanf(f, "%u", &worker) != 1) worker = 0;
-      std::fclose(f);
-    }
-    if (worker == 0) std::this_thread::sleep_for(10ms);
+  std::vector<std::uint32_t> children;
+  for (int i = 0; i < 100 && children.empty(); ++i) {
+    if (!read_main_thread_children("/proc", child.upid(), children) || children.empty())
+      std::this_thread::sleep_for(10ms);
   }
-  ASSERT_NE(worker, 0U);
+  ASSERT_EQ(children.size(), 1U);
+  const std::uint32_t worker = children[0];
   ASSERT_TRUE(wait_asleep(static_cast<pid_t>(worker)));
   ASSERT_TRUE(probes_->set_phase_role(worker, PhaseRole::worker).ok());
   std::this_thread::sleep_for(20ms);
